@@ -1,0 +1,134 @@
+#include "channel/channel.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "common/error.h"
+
+#if ANYEP_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace anyep {
+
+namespace {
+bool is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
+
+#if ANYEP_WITH_CUDA
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw CudaError(std::string("channel: ") + what + ": " + cudaGetErrorString(e));
+}
+#endif
+
+size_t ring_bytes(uint32_t capacity) { return capacity * sizeof(TransferCmd) + sizeof(RingShared); }
+}  // namespace
+
+Channel::Channel(const ChannelConfig& cfg) : cfg_(cfg) {
+  if (cfg.num_rings == 0) throw InvalidArgument("channel: num_rings must be >= 1");
+  if (!is_pow2(cfg.capacity) || cfg.capacity < 2)
+    throw InvalidArgument("channel: capacity must be a power of two >= 2 (got " + std::to_string(cfg.capacity) + ")");
+  if (cfg.timeout_ns == 0) throw InvalidArgument("channel: timeout_ns must be > 0");
+
+  const size_t per_ring = ring_bytes(cfg.capacity);
+  const size_t total = per_ring * cfg.num_rings;
+  const size_t counter_bytes = 2 * sizeof(uint64_t) * cfg.num_rings;
+  const size_t handle_bytes = sizeof(RingHandle) * cfg.num_rings;
+
+  uint8_t* host_dev_view = nullptr;  // how producers address host_block_
+  if (cfg.producer == ProducerKind::kGpu) {
+#if ANYEP_WITH_CUDA
+    cuda_check(cudaSetDevice(cfg.cuda_device), "cudaSetDevice");
+    cuda_check(cudaHostAlloc(&host_block_, total, cudaHostAllocMapped | cudaHostAllocPortable),
+               "cudaHostAlloc(ring slots)");
+    std::memset(host_block_, 0, total);
+    void* dv = nullptr;
+    cuda_check(cudaHostGetDevicePointer(&dv, host_block_, 0), "cudaHostGetDevicePointer");
+    host_dev_view = static_cast<uint8_t*>(dv);
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&counters_), counter_bytes), "cudaMalloc(ring counters)");
+    cuda_check(cudaMemset(counters_, 0, counter_bytes), "cudaMemset(ring counters)");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&handles_dev_), handle_bytes), "cudaMalloc(ring handles)");
+#else
+    throw Unsupported("channel: GPU producers need a CUDA build (configure with ANYEP_CUDA=ON)");
+#endif
+  } else {
+    host_block_ = std::aligned_alloc(64, (total + 63) / 64 * 64);
+    counters_ = static_cast<uint64_t*>(std::aligned_alloc(64, (counter_bytes + 63) / 64 * 64));
+    handles_dev_ = static_cast<RingHandle*>(std::aligned_alloc(64, (handle_bytes + 63) / 64 * 64));
+    if (!host_block_ || !counters_ || !handles_dev_) throw std::bad_alloc();
+    std::memset(host_block_, 0, total);
+    std::memset(counters_, 0, counter_bytes);
+    host_dev_view = static_cast<uint8_t*>(host_block_);
+  }
+
+  for (uint32_t i = 0; i < cfg.num_rings; ++i) {
+    uint8_t* host_ring = static_cast<uint8_t*>(host_block_) + i * per_ring;
+    uint8_t* prod_ring = host_dev_view + i * per_ring;
+    const size_t shared_off = cfg.capacity * sizeof(TransferCmd);
+    RingHandle h{};
+    h.slots = reinterpret_cast<TransferCmd*>(prod_ring);
+    h.shared = reinterpret_cast<RingShared*>(prod_ring + shared_off);
+    h.head = counters_ + 2 * i;
+    h.cached_tail = counters_ + 2 * i + 1;
+    h.capacity = cfg.capacity;
+    h.ring_id = i;
+    h.timeout_ns = cfg.timeout_ns;
+    handles_.push_back(h);
+    consumers_.emplace_back(reinterpret_cast<TransferCmd*>(host_ring),
+                            reinterpret_cast<RingShared*>(host_ring + shared_off), cfg.capacity, i);
+  }
+  if (cfg.producer == ProducerKind::kGpu) {
+#if ANYEP_WITH_CUDA
+    cuda_check(cudaMemcpy(handles_dev_, handles_.data(), handle_bytes, cudaMemcpyHostToDevice),
+               "cudaMemcpy(ring handles)");
+#endif
+  } else {
+    std::memcpy(handles_dev_, handles_.data(), handle_bytes);
+  }
+}
+
+Channel::~Channel() {
+  if (cfg_.producer == ProducerKind::kGpu) {
+#if ANYEP_WITH_CUDA
+    cudaFree(handles_dev_);
+    cudaFree(counters_);
+    cudaFreeHost(host_block_);
+#endif
+  } else {
+    std::free(handles_dev_);
+    std::free(counters_);
+    std::free(host_block_);
+  }
+}
+
+RingHandle Channel::producer(uint32_t i) const {
+  if (i >= cfg_.num_rings)
+    throw InvalidArgument("channel: ring " + std::to_string(i) + " out of range (num_rings " +
+                          std::to_string(cfg_.num_rings) + ")");
+  return handles_[i];
+}
+
+RingConsumer& Channel::consumer(uint32_t i) {
+  if (i >= cfg_.num_rings)
+    throw InvalidArgument("channel: ring " + std::to_string(i) + " out of range (num_rings " +
+                          std::to_string(cfg_.num_rings) + ")");
+  return consumers_[i];
+}
+
+void Channel::check_errors() const {
+  const size_t per_ring = ring_bytes(cfg_.capacity);
+  for (uint32_t i = 0; i < cfg_.num_rings; ++i) {
+    auto* sh = reinterpret_cast<RingShared*>(static_cast<uint8_t*>(host_block_) + i * per_ring +
+                                             cfg_.capacity * sizeof(TransferCmd));
+    if (port::load_acquire_system(&sh->error.code) != 0) {
+      uint64_t idx = __atomic_load_n(&sh->error.index, __ATOMIC_RELAXED);
+      uint64_t tail = __atomic_load_n(&sh->error.observed_tail, __ATOMIC_RELAXED);
+      throw TimeoutError("channel ring " + std::to_string(i) + ": a producer waited more than " +
+                         std::to_string(cfg_.timeout_ns / 1000000) + " ms for index " + std::to_string(idx) +
+                         "; the consumer's tail stayed at " + std::to_string(tail) + " (capacity " +
+                         std::to_string(cfg_.capacity) + "): is the proxy thread for this ring running?");
+    }
+  }
+}
+
+}  // namespace anyep

@@ -1,0 +1,60 @@
+#include "common/env.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace anyep::env {
+
+const std::vector<VarInfo>& all_vars() {
+  // Keep sorted by name; docs/environment.md mirrors this table.
+  static const std::vector<VarInfo> vars = {
+      {"ANYEP_LOG_LEVEL", "warn", "log verbosity: error, warn, info, debug"},
+      {"ANYEP_TIMEOUT_S", "30", "seconds any wait (device spin, quiet, barrier, bootstrap) may take before it fails"},
+  };
+  return vars;
+}
+
+namespace {
+const VarInfo& find(std::string_view name) {
+  for (const auto& v : all_vars())
+    if (name == v.name) return v;
+  throw InternalError("environment variable " + std::string(name) +
+                      " is read but not declared in src/common/env.cpp");
+}
+std::string raw(std::string_view name) {
+  const VarInfo& info = find(name);
+  const char* v = std::getenv(info.name);
+  return (v && *v) ? std::string(v) : std::string(info.default_value);
+}
+}  // namespace
+
+std::string get_string(std::string_view name) { return raw(name); }
+
+int64_t get_int(std::string_view name) {
+  std::string v = raw(name);
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 0);
+  if (v.empty() || errno || *end)
+    throw InvalidArgument(std::string(name) + "='" + v + "' is not an integer");
+  return x;
+}
+
+double get_double(std::string_view name) {
+  std::string v = raw(name);
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end) throw InvalidArgument(std::string(name) + "='" + v + "' is not a number");
+  return x;
+}
+
+bool get_bool(std::string_view name) {
+  std::string v = raw(name);
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "off" || v == "no" || v.empty()) return false;
+  throw InvalidArgument(std::string(name) + "='" + v + "' is not a boolean (use 0/1)");
+}
+
+}  // namespace anyep::env

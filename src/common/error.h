@@ -1,0 +1,47 @@
+// anyep/src/common/error.h — exceptions with context inside the library (host code only).
+// The C API maps each class to an anyepStatus; proxy hot paths use return codes instead.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "anyep/status.h"
+
+namespace anyep {
+
+class Error : public std::runtime_error {
+ public:
+  Error(anyepStatus status, const std::string& what) : std::runtime_error(what), status_(status) {}
+  anyepStatus status() const noexcept { return status_; }
+
+ private:
+  anyepStatus status_;
+};
+
+struct InvalidArgument : Error {
+  explicit InvalidArgument(const std::string& w) : Error(anyepInvalidArgument, w) {}
+};
+struct TimeoutError : Error {
+  explicit TimeoutError(const std::string& w) : Error(anyepTimeout, w) {}
+};
+struct TransportError : Error {
+  explicit TransportError(const std::string& w) : Error(anyepTransportError, w) {}
+};
+struct CudaError : Error {
+  explicit CudaError(const std::string& w) : Error(anyepCudaError, w) {}
+};
+struct InternalError : Error {
+  explicit InternalError(const std::string& w) : Error(anyepInternalError, w) {}
+};
+struct Unsupported : Error {
+  explicit Unsupported(const std::string& w) : Error(anyepUnsupported, w) {}
+};
+
+// "file:line: message" helper for internal invariants.
+#define ANYEP_CHECK(cond, ...)                                                                  \
+  do {                                                                                          \
+    if (!(cond)) throw ::anyep::InternalError(std::string(__FILE__ ":") + std::to_string(__LINE__) + \
+                                              ": check failed: " #cond ": " + std::string(__VA_ARGS__)); \
+  } while (0)
+
+}  // namespace anyep

@@ -1,0 +1,202 @@
+// anyep/src/common/portability.h
+//
+// The one place where device code meets a particular GPU toolchain. Kernels and the GPU side of
+// the channel use only what is declared here for warp size, fences, system-scope loads/stores,
+// atomics, timers and traps, so a HIP build for AMD GPUs changes this file and no kernel.
+//
+// Every function also compiles for the host (CPU producers and CPU tests run the same push path
+// as the GPU); host versions use GCC/Clang __atomic builtins, which TSan understands.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define ANYEP_HD __host__ __device__
+#define ANYEP_DEVICE __device__
+#define ANYEP_INLINE __forceinline__
+#else
+#define ANYEP_HD
+#define ANYEP_DEVICE
+#define ANYEP_INLINE inline __attribute__((always_inline))
+#endif
+
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define ANYEP_DEVICE_PASS 1  // this translation pass generates GPU code
+#endif
+
+#if defined(__HIP_PLATFORM_AMD__)
+#define ANYEP_WARP_SIZE 64
+#else
+#define ANYEP_WARP_SIZE 32
+#endif
+
+namespace anyep::port {
+
+inline constexpr int kWarpSize = ANYEP_WARP_SIZE;
+
+// ---- atomics on memory the caller's own device owns (ring heads, counters in device memory) ----
+
+// Relaxed fetch-add at device scope: claiming a ring slot needs atomicity, not ordering.
+ANYEP_HD ANYEP_INLINE uint64_t atomic_add_device(uint64_t* p, uint64_t v) {
+#if defined(ANYEP_DEVICE_PASS)
+  return atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+#else
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+// Acquire load at device scope (values another block of this GPU publishes with
+// atomic_max_release_device).
+ANYEP_HD ANYEP_INLINE uint64_t load_acquire_device(const uint64_t* p) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#elif defined(ANYEP_DEVICE_PASS)
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+// Monotonic max with release at device scope (cached copies of a host index only move forward;
+// release passes on what the caller acquired with the value it publishes).
+ANYEP_HD ANYEP_INLINE void atomic_max_release_device(uint64_t* p, uint64_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("red.release.gpu.global.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_fetch_max(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
+#endif
+}
+
+// ---- system scope: memory shared between the GPU and host threads (pinned, mapped) -------------
+
+// Acquire load at system scope: everything the host wrote before its release store of this value
+// is visible to the reader afterwards.
+ANYEP_HD ANYEP_INLINE uint64_t load_acquire_system(const uint64_t* p) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#elif defined(ANYEP_DEVICE_PASS)
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE void store_release_system(uint64_t* p, uint64_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE uint32_t load_acquire_system(const uint32_t* p) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#elif defined(ANYEP_DEVICE_PASS)
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE void store_release_system(uint32_t* p, uint32_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+// Publish 16 bytes {lo, hi} to host-visible memory with release semantics at system scope.
+// On the GPU this is ONE 16-byte vector store (one PCIe write): the consumer reads the slot with
+// load16_acquire_system and sees either the old or the new 16 bytes, never a mix, as long as `p`
+// is 16-byte aligned. The host version (CPU producers) stores `hi` first and `lo` last with
+// release order, so a consumer that sees the new `lo` also sees the new `hi`.
+ANYEP_HD ANYEP_INLINE void store16_release_system(uint64_t* p, uint64_t lo, uint64_t hi) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("st.release.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(lo), "l"(hi) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_store(p + 1, hi, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  __hip_atomic_store(p, lo, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  __atomic_store_n(p + 1, hi, __ATOMIC_RELAXED);
+  __atomic_store_n(p, lo, __ATOMIC_RELEASE);
+#endif
+}
+
+// Consumer side of store16_release_system (host only: the consumer of rings is a CPU thread).
+// Reads `lo` with acquire first; `hi` is read after it, so a published `lo` implies `hi` is the
+// one stored with it (host producers store hi before lo; the GPU's single 16-byte store makes both
+// visible together).
+inline void load16_acquire_system(const uint64_t* p, uint64_t* lo, uint64_t* hi) {
+  *lo = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  *hi = __atomic_load_n(p + 1, __ATOMIC_RELAXED);
+}
+
+// Full fence at system scope: orders this thread's earlier writes (e.g. token data in host-mapped
+// memory) before its later ones as seen by the host and other devices.
+ANYEP_HD ANYEP_INLINE void fence_system() {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("fence.sc.sys;" ::: "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#else
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+// ---- time and failure ----------------------------------------------------------------------------
+
+// Nanoseconds from a monotonic clock (the GPU's global timer on the device).
+ANYEP_HD ANYEP_INLINE uint64_t now_ns() {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#elif defined(ANYEP_DEVICE_PASS)
+  return wall_clock64() * 10;  // AMD: 100 MHz constant clock
+#else
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+#endif
+}
+
+// Polite spin hint.
+ANYEP_HD ANYEP_INLINE void spin_pause() {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  __nanosleep(32);
+#elif defined(ANYEP_DEVICE_PASS)
+  __builtin_amdgcn_s_sleep(1);
+#elif defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace anyep::port
+
+// Unrecoverable misuse detected inside a kernel (e.g. a value that does not fit its wire field):
+// print what was wrong, then trap so the launch fails with an error the host sees.
+#if defined(ANYEP_DEVICE_PASS)
+#define ANYEP_DEVICE_FAIL(...)  \
+  do {                          \
+    printf("anyep device error: " __VA_ARGS__); \
+    __trap();                   \
+  } while (0)
+#endif
