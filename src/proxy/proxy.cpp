@@ -1,0 +1,157 @@
+#include "proxy/proxy.h"
+
+#include <cstring>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "proxy/pinning.h"
+#include "proxy/proxy_thread.h"
+
+namespace anyep::proxy {
+
+namespace {
+Ordering ordering_from_env() {
+  const std::string v = env::get_string("ANYEP_PROXY_ORDERING");
+  if (v == "auto") return Ordering::kAuto;
+  if (v == "engine") return Ordering::kEngine;
+  if (v == "bypass") return Ordering::kBypass;
+  throw InvalidArgument("ANYEP_PROXY_ORDERING='" + v + "': expected auto, engine or bypass");
+}
+
+void put_u64(std::vector<uint8_t>& out, uint64_t v) {
+  const size_t at = out.size();
+  out.resize(at + 8);
+  std::memcpy(out.data() + at, &v, 8);
+}
+uint64_t get_u64(const std::vector<uint8_t>& in, size_t* at) {
+  if (*at + 8 > in.size()) throw TransportError("proxy: truncated exchange message");
+  uint64_t v;
+  std::memcpy(&v, in.data() + *at, 8);
+  *at += 8;
+  return v;
+}
+
+// Thread t of every rank: connect endpoints, check the regions are symmetric, import every
+// peer's registrations (same ids on every rank: registered in the same order).
+void exchange(transport::Transport& ep, transport::Bootstrap& boot, const SymmetricMemory& sym, uint32_t num_mrs) {
+  ep.connect(boot.allgather(ep.local_address()));
+  std::vector<uint8_t> mine;
+  for (const Region& r : sym.regions()) put_u64(mine, r.length);
+  for (transport::MrId id = 0; id < num_mrs; ++id) {
+    std::vector<uint8_t> d = ep.export_mr(id);
+    put_u64(mine, d.size());
+    mine.insert(mine.end(), d.begin(), d.end());
+  }
+  const auto all = boot.allgather(mine);
+  for (uint32_t p = 0; p < all.size(); ++p) {
+    size_t at = 0;
+    for (uint32_t k = 0; k < sym.regions().size(); ++k) {
+      const uint64_t len = get_u64(all[p], &at);
+      if (len != sym.regions()[k].length)
+        throw InvalidArgument("proxy: region '" + sym.regions()[k].name + "' is " + std::to_string(len) +
+                              " bytes on rank " + std::to_string(p) + " but " + std::to_string(sym.regions()[k].length) +
+                              " here: symmetric regions must have the same length on every rank");
+    }
+    for (transport::MrId id = 0; id < num_mrs; ++id) {
+      const uint64_t n = get_u64(all[p], &at);
+      if (at + n > all[p].size()) throw TransportError("proxy: truncated region descriptor from rank " + std::to_string(p));
+      ep.import_mr(p, id, std::vector<uint8_t>(all[p].begin() + at, all[p].begin() + at + n));
+      at += n;
+    }
+  }
+}
+}  // namespace
+
+uint32_t Proxy::default_threads() {
+  const int64_t t = env::get_int("ANYEP_PROXY_THREADS");
+  if (t < 1 || t > 64) throw InvalidArgument("ANYEP_PROXY_THREADS=" + std::to_string(t) + ": expected 1..64");
+  return static_cast<uint32_t>(t);
+}
+
+Proxy::Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_ptr<transport::Transport>> endpoints,
+             const std::vector<Region>& regions, transport::Bootstrap& boot)
+    : channel_(channel), rank_(boot.rank()), num_ranks_(boot.size()) {
+  const uint32_t T = static_cast<uint32_t>(endpoints.size());
+  if (T == 0) throw InvalidArgument("proxy: no transport endpoints (one per proxy thread)");
+  if (channel.num_rings() < T)
+    throw InvalidArgument("proxy: " + std::to_string(T) + " threads but only " + std::to_string(channel.num_rings()) +
+                          " rings: every thread needs at least one ring");
+  if (!cfg.counters || cfg.num_counters == 0) throw InvalidArgument("proxy: no signal counters given");
+  const transport::Capabilities& caps = endpoints[0]->capabilities();
+  for (auto& ep : endpoints)
+    if (!ep || ep->rank() != rank_ || ep->num_ranks() != num_ranks_)
+      throw InvalidArgument("proxy: endpoint rank/size disagree with the bootstrap (rank " + std::to_string(rank_) +
+                            " of " + std::to_string(num_ranks_) + ")");
+  if (cfg.native_atomics && !caps.native_atomics)
+    throw Unsupported("proxy: native atomics requested, but transport " + caps.backend + "/" + caps.provider +
+                      " has none (leave native_atomics off: signals are emulated by the receiving proxy)");
+  if (cfg.native_atomics)
+    throw Unsupported("proxy: native remote atomics are not wired up yet; signals are emulated");
+  const Ordering ord = cfg.ordering < 0 ? ordering_from_env() : static_cast<Ordering>(cfg.ordering);
+  bypass_ = ord == Ordering::kBypass || (ord == Ordering::kAuto && caps.ordered_writes);
+  const uint64_t timeout_ns = cfg.timeout_ns ? cfg.timeout_ns
+                                             : static_cast<uint64_t>(env::get_double("ANYEP_TIMEOUT_S") * 1e9);
+  sym_ = std::make_unique<SymmetricMemory>(regions);
+
+  for (uint32_t t = 0; t < T; ++t) {
+    ThreadSetup s;
+    s.index = t;
+    s.num_threads = T;
+    s.rank = rank_;
+    s.num_ranks = num_ranks_;
+    s.num_tags = cfg.num_tags;
+    s.signal_slots = cfg.signal_slots;
+    s.staging_slots = cfg.staging_slots;
+    s.batch = cfg.batch;
+    s.ranks_per_node = cfg.ranks_per_node;
+    s.timeout_ns = timeout_ns;
+    s.bypass = bypass_;
+    s.engine = EngineConfig{rank_, num_ranks_, cfg.num_tags, cfg.max_pending, timeout_ns, bypass_, cfg.counters,
+                            cfg.num_counters};
+    std::vector<RingConsumer*> rings;
+    for (uint32_t r = t; r < channel.num_rings(); r += T) rings.push_back(&channel.consumer(r));
+    threads_.push_back(std::make_unique<ProxyThread>(s, std::move(endpoints[t]), *sym_, std::move(rings), error_));
+  }
+  for (auto& th : threads_) exchange(th->endpoint(), boot, *sym_, th->num_mrs());
+  cpus_ = proxy_cpus(cfg.cpus, cfg.numa_node);
+}
+
+Proxy::~Proxy() { stop(); }
+
+void Proxy::start() {
+  if (!running_.empty()) throw InvalidArgument("proxy: already started");
+  stop_.store(false);
+  for (uint32_t t = 0; t < threads_.size(); ++t) {
+    const int cpu = cpus_.empty() ? -1 : cpus_[t % cpus_.size()];
+    running_.emplace_back([this, t, cpu] {
+      if (cpu >= 0) pin_current_thread(cpu);
+      threads_[t]->run(stop_);
+    });
+  }
+}
+
+void Proxy::stop() {
+  stop_.store(true);
+  for (auto& th : running_) th.join();
+  running_.clear();
+}
+
+void Proxy::check() const {
+  error_.raise_if_set();
+  channel_.check_errors();
+}
+
+ProxyStats Proxy::stats() const {
+  ProxyStats s;
+  for (const auto& th : threads_) {
+    const ThreadStats& t = th->stats();
+    s.commands += t.commands.load(std::memory_order_relaxed);
+    s.writes += t.writes.load(std::memory_order_relaxed);
+    s.bytes += t.bytes.load(std::memory_order_relaxed);
+    s.signals_sent += t.signals_sent.load(std::memory_order_relaxed);
+    s.eagain += t.eagain.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+}  // namespace anyep::proxy
