@@ -52,7 +52,7 @@ TEST(Loopback, BadInputIsRejectedBeforeAnythingMoves) {
   EXPECT_EQ(p.t0->post_write({1, p.s, 0, p.d, 250, 8, false, 0, 0}), -EINVAL);
   EXPECT_NE(p.t0->last_error().find("destination"), std::string::npos) << p.t0->last_error();
   EXPECT_EQ(p.t0->post_write({1, 9, 0, p.d, 0, 8, false, 0, 0}), -EINVAL);
-  EXPECT_NE(p.t0->last_error().find("local region 9"), std::string::npos) << p.t0->last_error();
+  EXPECT_NE(p.t0->last_error().find("source region 9 is not registered"), std::string::npos) << p.t0->last_error();
   EXPECT_EQ(p.t0->post_imm(2, 1, 0), -EINVAL);
   for (uint8_t b : p.dst) EXPECT_EQ(b, 0);
   Completion c[4];
