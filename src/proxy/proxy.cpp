@@ -18,47 +18,24 @@ Ordering ordering_from_env() {
   throw InvalidArgument("ANYEP_PROXY_ORDERING='" + v + "': expected auto, engine or bypass");
 }
 
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  const size_t at = out.size();
-  out.resize(at + 8);
-  std::memcpy(out.data() + at, &v, 8);
-}
-uint64_t get_u64(const std::vector<uint8_t>& in, size_t* at) {
-  if (*at + 8 > in.size()) throw TransportError("proxy: truncated exchange message");
-  uint64_t v;
-  std::memcpy(&v, in.data() + *at, 8);
-  *at += 8;
-  return v;
-}
-
-// Thread t of every rank: connect endpoints, check the regions are symmetric, import every
-// peer's registrations (same ids on every rank: registered in the same order).
+// Thread t of every rank: connect endpoints and import every peer's registrations (same ids on
+// every rank: registered in the same order), after checking the regions really are symmetric.
 void exchange(transport::Transport& ep, transport::Bootstrap& boot, const SymmetricMemory& sym, uint32_t num_mrs) {
-  ep.connect(boot.allgather(ep.local_address()));
-  std::vector<uint8_t> mine;
-  for (const Region& r : sym.regions()) put_u64(mine, r.length);
-  for (transport::MrId id = 0; id < num_mrs; ++id) {
-    std::vector<uint8_t> d = ep.export_mr(id);
-    put_u64(mine, d.size());
-    mine.insert(mine.end(), d.begin(), d.end());
-  }
+  std::vector<uint8_t> mine(sym.regions().size() * 8);
+  for (size_t k = 0; k < sym.regions().size(); ++k) std::memcpy(&mine[8 * k], &sym.regions()[k].length, 8);
   const auto all = boot.allgather(mine);
-  for (uint32_t p = 0; p < all.size(); ++p) {
-    size_t at = 0;
-    for (uint32_t k = 0; k < sym.regions().size(); ++k) {
-      const uint64_t len = get_u64(all[p], &at);
+  for (uint32_t p = 0; p < all.size(); ++p)
+    for (size_t k = 0; k < sym.regions().size(); ++k) {
+      uint64_t len = 0;
+      if (all[p].size() == mine.size()) std::memcpy(&len, &all[p][8 * k], 8);
       if (len != sym.regions()[k].length)
         throw InvalidArgument("proxy: region '" + sym.regions()[k].name + "' is " + std::to_string(len) +
                               " bytes on rank " + std::to_string(p) + " but " + std::to_string(sym.regions()[k].length) +
                               " here: symmetric regions must have the same length on every rank");
     }
-    for (transport::MrId id = 0; id < num_mrs; ++id) {
-      const uint64_t n = get_u64(all[p], &at);
-      if (at + n > all[p].size()) throw TransportError("proxy: truncated region descriptor from rank " + std::to_string(p));
-      ep.import_mr(p, id, std::vector<uint8_t>(all[p].begin() + at, all[p].begin() + at + n));
-      at += n;
-    }
-  }
+  std::vector<transport::MrId> ids(num_mrs);
+  for (uint32_t i = 0; i < num_mrs; ++i) ids[i] = i;
+  transport::connect_all(ep, boot, ids);
 }
 }  // namespace
 
@@ -82,6 +59,9 @@ Proxy::Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_p
     if (!ep || ep->rank() != rank_ || ep->num_ranks() != num_ranks_)
       throw InvalidArgument("proxy: endpoint rank/size disagree with the bootstrap (rank " + std::to_string(rank_) +
                             " of " + std::to_string(num_ranks_) + ")");
+  if (caps.imm_bytes < 4)
+    throw Unsupported("proxy: transport " + caps.backend + "/" + caps.provider + " carries " +
+                      std::to_string(caps.imm_bytes) + "-byte immediates; the proxy's immediate format needs 4");
   if (cfg.native_atomics && !caps.native_atomics)
     throw Unsupported("proxy: native atomics requested, but transport " + caps.backend + "/" + caps.provider +
                       " has none (leave native_atomics off: signals are emulated by the receiving proxy)");

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "proxy/local_cluster.h"
 #include "proxy/workload.h"
+#include "transport/chaos/chaos_transport.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
@@ -65,7 +66,7 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
       try {
         std::rethrow_exception(errs[r]);
       } catch (const std::exception& e) {
-        FAIL() << "rank " << r << ": " << e.what();
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
       }
     }
   cl.check();
@@ -75,6 +76,18 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
   for (uint32_t r = 0; r < c.ranks; ++r) retired += cl.rank(r).proxy->stats().commands;
   EXPECT_EQ(retired, cmds) << "every pushed command was retired exactly once";
   EXPECT_GT(cmds, 1000u);
+}
+
+// Loopback wrapped in the chaos transport: writes land, immediates arrive and completions surface
+// in a seeded shuffled order (EFA SRD-like), so the ordering engine has real work to do.
+EndpointFactory chaos_factory(uint32_t ranks, uint32_t threads, uint64_t seed, uint32_t max_delay) {
+  EndpointFactory inner = loopback_factory(ranks, threads);
+  return [=](uint32_t rank, uint32_t thread) {
+    transport::chaos::ChaosConfig cc;
+    cc.seed = seed * 1000003 + rank * 101 + thread;
+    cc.max_delay = max_delay;
+    return transport::chaos::make_chaos_transport(inner(rank, thread), cc);
+  };
 }
 
 uint64_t base_seed() {
@@ -87,3 +100,12 @@ uint64_t base_seed() {
 TEST(ProxyRandom, LoopbackBypass2Ranks1Thread) { run_case({2, 1, 2, static_cast<int>(Ordering::kAuto), base_seed()}); }
 TEST(ProxyRandom, LoopbackEngine4Ranks2Threads) { run_case({4, 2, 3, static_cast<int>(Ordering::kEngine), base_seed() + 1}); }
 TEST(ProxyRandom, LoopbackBypass4Ranks2Threads) { run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), base_seed() + 2}); }
+
+TEST(ProxyRandom, ChaosEngine2Ranks1Thread) {
+  const uint64_t seed = base_seed() + 3;
+  run_case({2, 1, 2, static_cast<int>(Ordering::kAuto), seed}, chaos_factory(2, 1, seed, 8));
+}
+TEST(ProxyRandom, ChaosEngine4Ranks2Threads) {
+  const uint64_t seed = base_seed() + 4;
+  run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), seed}, chaos_factory(4, 2, seed, 16));
+}
