@@ -130,6 +130,8 @@ ProxyStats Proxy::stats() const {
     s.bytes += t.bytes.load(std::memory_order_relaxed);
     s.signals_sent += t.signals_sent.load(std::memory_order_relaxed);
     s.eagain += t.eagain.load(std::memory_order_relaxed);
+    s.signals_applied += t.signals_applied.load(std::memory_order_relaxed);
+    s.signals_held += t.signals_held.load(std::memory_order_relaxed);
   }
   return s;
 }

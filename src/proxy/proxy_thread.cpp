@@ -98,10 +98,23 @@ void ProxyThread::run(const std::atomic<bool>& stop) {
     if ((iter & 255) == 0 && !failed_) check_timeouts(now);
     if (busy) {
       idle = 0;
+      publish_stats();
     } else if (++idle > 256) {
       sched_yield();  // idle: let producers (and other ranks' threads in tests) run
     }
   }
+  publish_stats();
+}
+
+void ProxyThread::publish_stats() {
+  // Plain counters on the hot path; relaxed stores make them readable by other threads.
+  stats_.commands.store(local_.commands, std::memory_order_relaxed);
+  stats_.writes.store(local_.writes, std::memory_order_relaxed);
+  stats_.bytes.store(local_.bytes, std::memory_order_relaxed);
+  stats_.signals_sent.store(local_.signals_sent, std::memory_order_relaxed);
+  stats_.eagain.store(local_.eagain, std::memory_order_relaxed);
+  stats_.signals_applied.store(engine_.stats().signals_applied, std::memory_order_relaxed);
+  stats_.signals_held.store(engine_.stats().signals_held, std::memory_order_relaxed);
 }
 
 bool ProxyThread::service_ring(uint32_t r, uint64_t now) {
@@ -130,7 +143,7 @@ bool ProxyThread::service_ring(uint32_t r, uint64_t now) {
   if (done) {
     st.ring->pop(done);
     st.retry_since = 0;
-    stats_.commands.fetch_add(done, std::memory_order_relaxed);
+    local_.commands += done;
   }
   return progress || done || st.block != Block::kNone;
 }
@@ -188,7 +201,7 @@ ProxyThread::Step ProxyThread::do_write(uint32_t r, const TransferCmd& c) {
   w.context = ctx(r);
   const int rc = ep_->post_write(w);
   if (rc == -EAGAIN) {
-    stats_.eagain.fetch_add(1, std::memory_order_relaxed);
+    local_.eagain += 1;
     return Step::kRetry;
   }
   if (rc) {
@@ -197,8 +210,8 @@ ProxyThread::Step ProxyThread::do_write(uint32_t r, const TransferCmd& c) {
   }
   ++g.writes;
   ++rings_[r].outstanding;
-  stats_.writes.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes.fetch_add(len, std::memory_order_relaxed);
+  local_.writes += 1;
+  local_.bytes += len;
   return Step::kDone;
 }
 
@@ -216,7 +229,7 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
   if ((flags & cmd::kFenceCount) && (flags & cmd::kFenceOrdered))
     return reject(r, c, "SIGNAL asks for both the count fence and the ordered fence");
   if (sig_credit_[dst] == 0 || staging_busy_[staging_next_]) {
-    stats_.eagain.fetch_add(1, std::memory_order_relaxed);
+    local_.eagain += 1;
     return Step::kRetry;  // the loop polls completions and credits, then retries
   }
   SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.num_tags + tag];
@@ -244,7 +257,7 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
   w.context = ctx(r, slot + 1);
   const int rc = ep_->post_write(w);
   if (rc == -EAGAIN) {
-    stats_.eagain.fetch_add(1, std::memory_order_relaxed);
+    local_.eagain += 1;
     return Step::kRetry;
   }
   if (rc) {
@@ -260,7 +273,7 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
     g.writes = 0;
   }
   ++rings_[r].outstanding;
-  stats_.signals_sent.fetch_add(1, std::memory_order_relaxed);
+  local_.signals_sent += 1;
   return Step::kDone;
 }
 
@@ -315,7 +328,7 @@ bool ProxyThread::try_finish(uint32_t r, uint64_t now) {
   }
   st.block = Block::kNone;
   st.ring->pop(1);
-  stats_.commands.fetch_add(1, std::memory_order_relaxed);
+  local_.commands += 1;
   (void)now;
   return true;
 }

@@ -35,7 +35,8 @@ struct ThreadSetup {
 };
 
 struct ThreadStats {  // written by the thread (relaxed), read by anyone
-  std::atomic<uint64_t> commands{0}, writes{0}, bytes{0}, signals_sent{0}, eagain{0};
+  std::atomic<uint64_t> commands{0}, writes{0}, bytes{0}, signals_sent{0}, eagain{0}, signals_applied{0},
+      signals_held{0};
 };
 
 class ProxyThread {
@@ -84,6 +85,7 @@ class ProxyThread {
   void send_credits();
   bool in_barrier_set(uint32_t peer, bool rail) const;
   void check_timeouts(uint64_t now);
+  void publish_stats();
   Step reject(uint32_t r, const TransferCmd& c, const std::string& why);
   void fatal(anyepStatus s, const std::string& msg);
   std::string where(uint32_t r) const;
@@ -120,6 +122,9 @@ class ProxyThread {
   std::vector<TransferCmd> batch_;
   std::vector<transport::Completion> comps_;
   std::vector<transport::ImmEvent> imms_;
+  struct {
+    uint64_t commands = 0, writes = 0, bytes = 0, signals_sent = 0, eagain = 0;
+  } local_;
   ThreadStats stats_;
 };
 

@@ -69,6 +69,7 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();
       }
     }
+  cl.stop();  // stats are exact once the threads are joined
   cl.check();
   uint64_t cmds = 0;
   for (auto& x : res) cmds += x.commands;
