@@ -79,11 +79,7 @@ Proxy::Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_p
     s.num_threads = T;
     s.rank = rank_;
     s.num_ranks = num_ranks_;
-    s.num_tags = cfg.num_tags;
-    s.signal_slots = cfg.signal_slots;
-    s.staging_slots = cfg.staging_slots;
-    s.batch = cfg.batch;
-    s.ranks_per_node = cfg.ranks_per_node;
+    s.cfg = cfg;
     s.timeout_ns = timeout_ns;
     s.bypass = bypass_;
     s.engine = EngineConfig{rank_, num_ranks_, cfg.num_tags, cfg.max_pending, timeout_ns, bypass_, cfg.counters,

@@ -30,9 +30,9 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
   if (rings.size() > 64)
     throw InvalidArgument("proxy thread " + std::to_string(s.index) + ": " + std::to_string(rings.size()) +
                           " rings; at most 64 per thread (use more threads)");
-  if (s.signal_slots < 4 || (s.signal_slots & (s.signal_slots - 1)))
-    throw InvalidArgument("proxy: signal_slots must be a power of two >= 4 (got " + std::to_string(s.signal_slots) + ")");
-  if (s.staging_slots == 0 || s.batch == 0 || s.ranks_per_node == 0)
+  if (s.cfg.signal_slots < 4 || (s.cfg.signal_slots & (s.cfg.signal_slots - 1)))
+    throw InvalidArgument("proxy: signal_slots must be a power of two >= 4 (got " + std::to_string(s.cfg.signal_slots) + ")");
+  if (s.cfg.staging_slots == 0 || s.cfg.batch == 0 || s.cfg.ranks_per_node == 0)
     throw InvalidArgument("proxy: staging_slots, batch and ranks_per_node must be >= 1");
   for (RingConsumer* r : rings) rings_.push_back(RingState{r});
 
@@ -42,22 +42,22 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
     if (ep_->register_memory(r.base, r.length, transport::MemKind::kHost) != k)
       throw InternalError("proxy: transport assigned an unexpected id to region '" + r.name + "'");
   }
-  const size_t area = static_cast<size_t>(n) * s.signal_slots;
+  const size_t area = static_cast<size_t>(n) * s.cfg.signal_slots;
   signal_area_.reset(new SignalRecord[area]());
-  staging_.reset(new SignalRecord[s.staging_slots]());
+  staging_.reset(new SignalRecord[s.cfg.staging_slots]());
   signal_mr_ = ep_->register_memory(signal_area_.get(), area * sizeof(SignalRecord), transport::MemKind::kHost);
-  staging_mr_ = ep_->register_memory(staging_.get(), s.staging_slots * sizeof(SignalRecord), transport::MemKind::kHost);
+  staging_mr_ = ep_->register_memory(staging_.get(), s.cfg.staging_slots * sizeof(SignalRecord), transport::MemKind::kHost);
   if (signal_mr_ != sym.regions().size() || staging_mr_ != signal_mr_ + 1)
     throw InternalError("proxy: transport assigned unexpected ids to the signal areas");
-  staging_busy_.assign(s.staging_slots, 0);
+  staging_busy_.assign(s.cfg.staging_slots, 0);
 
-  send_groups_.resize(static_cast<size_t>(n) * s.num_tags);
+  send_groups_.resize(static_cast<size_t>(n) * s.cfg.num_tags);
   sig_seq_.assign(n, 0);
-  sig_credit_.assign(n, s.signal_slots);
+  sig_credit_.assign(n, s.cfg.signal_slots);
   freed_.assign(n, 0);
   credit_owed_.assign(n, 0);
   for (int k = 0; k < 2; ++k) barriers_in_[k].assign(n, 0), last_epoch_in_[k].assign(n, 0);
-  batch_.resize(s.batch);
+  batch_.resize(s.cfg.batch);
   comps_.resize(256);
   imms_.resize(256);
 }
@@ -125,7 +125,7 @@ bool ProxyThread::service_ring(uint32_t r, uint64_t now) {
     progress = true;
   }
   if (st.frozen) return progress;
-  const uint32_t n = st.ring->poll_batch(batch_.data(), s_.batch);
+  const uint32_t n = st.ring->poll_batch(batch_.data(), s_.cfg.batch);
   uint32_t done = 0;
   for (uint32_t k = 0; k < n; ++k) {
     cur_index_ = st.ring->tail() + k;
@@ -171,14 +171,28 @@ ProxyThread::Step ProxyThread::execute(uint32_t r, const TransferCmd& c, uint64_
   }
 }
 
+ProxyThread::Step ProxyThread::post(uint32_t r, const transport::WriteDesc& w, const char* what) {
+  const int rc = ep_->post_write(w);
+  if (rc == -EAGAIN) {
+    local_.eagain += 1;
+    return Step::kRetry;  // the loop polls completions, then retries this command
+  }
+  if (rc) {
+    fatal(anyepTransportError, where(r) + ": posting " + what + " to rank " + std::to_string(w.dst_rank) +
+                                   " failed: " + ep_->last_error());
+    return Step::kFailed;
+  }
+  return Step::kDone;
+}
+
 ProxyThread::Step ProxyThread::do_write(uint32_t r, const TransferCmd& c) {
   const uint32_t dst = cmd_dst_rank(c), tag = cmd_tag(c);
   const uint64_t len = cmd_length(c), so = cmd_src_offset(c), dof = cmd_dst_offset(c);
   if (dst >= s_.num_ranks)
     return reject(r, c, "WRITE to rank " + std::to_string(dst) + ", but there are only " +
                             std::to_string(s_.num_ranks) + " ranks (missing peer)");
-  if (tag >= s_.num_tags)
-    return reject(r, c, "WRITE tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.num_tags));
+  if (tag >= s_.cfg.num_tags)
+    return reject(r, c, "WRITE tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.cfg.num_tags));
   Where src, dw;
   if (!sym_.translate(so, len, &src))
     return reject(r, c, "WRITE source [" + std::to_string(so) + ", +" + std::to_string(len) +
@@ -186,7 +200,7 @@ ProxyThread::Step ProxyThread::do_write(uint32_t r, const TransferCmd& c) {
   if (!sym_.translate(dof, len, &dw))
     return reject(r, c, "WRITE destination [" + std::to_string(dof) + ", +" + std::to_string(len) + ") on rank " +
                             std::to_string(dst) + " is outside the symmetric memory (" + sym_.describe() + ")");
-  SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.num_tags + tag];
+  SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.cfg.num_tags + tag];
   const bool plus_one = cmd_flags(c) & cmd::kWriteSignal;
   transport::WriteDesc w;
   w.dst_rank = dst;
@@ -199,15 +213,7 @@ ProxyThread::Step ProxyThread::do_write(uint32_t r, const TransferCmd& c) {
   w.has_imm = !s_.bypass || plus_one;
   w.imm = imm::make_write(tag, g.segment, plus_one);
   w.context = ctx(r);
-  const int rc = ep_->post_write(w);
-  if (rc == -EAGAIN) {
-    local_.eagain += 1;
-    return Step::kRetry;
-  }
-  if (rc) {
-    fatal(anyepTransportError, where(r) + ": post_write to rank " + std::to_string(dst) + " failed: " + ep_->last_error());
-    return Step::kFailed;
-  }
+  if (const Step st = post(r, w, "WRITE"); st != Step::kDone) return st;
   ++g.writes;
   ++rings_[r].outstanding;
   local_.writes += 1;
@@ -221,8 +227,8 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
   if (dst >= s_.num_ranks)
     return reject(r, c, "SIGNAL to rank " + std::to_string(dst) + ", but there are only " +
                             std::to_string(s_.num_ranks) + " ranks (missing peer)");
-  if (tag >= s_.num_tags)
-    return reject(r, c, "SIGNAL tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.num_tags));
+  if (tag >= s_.cfg.num_tags)
+    return reject(r, c, "SIGNAL tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.cfg.num_tags));
   if (counter >= s_.engine.num_counters)
     return reject(r, c, "SIGNAL counter " + std::to_string(counter) + " >= num_counters " +
                             std::to_string(s_.engine.num_counters));
@@ -232,7 +238,7 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
     local_.eagain += 1;
     return Step::kRetry;  // the loop polls completions and credits, then retries
   }
-  SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.num_tags + tag];
+  SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.cfg.num_tags + tag];
   const Fence fence = (flags & cmd::kFenceCount) ? Fence::kCount : (flags & cmd::kFenceOrdered) ? Fence::kOrdered : Fence::kNone;
   const uint32_t seq = sig_seq_[dst];
   const uint32_t slot = staging_next_;
@@ -250,22 +256,14 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
   w.local_mr = staging_mr_;
   w.local_offset = static_cast<uint64_t>(slot) * sizeof(SignalRecord);
   w.remote_mr = signal_mr_;
-  w.remote_offset = (static_cast<uint64_t>(s_.rank) * s_.signal_slots + (seq & (s_.signal_slots - 1))) * sizeof(SignalRecord);
+  w.remote_offset = (static_cast<uint64_t>(s_.rank) * s_.cfg.signal_slots + (seq & (s_.cfg.signal_slots - 1))) * sizeof(SignalRecord);
   w.length = sizeof(SignalRecord);
   w.has_imm = true;
   w.imm = imm::make_signal(seq);
   w.context = ctx(r, slot + 1);
-  const int rc = ep_->post_write(w);
-  if (rc == -EAGAIN) {
-    local_.eagain += 1;
-    return Step::kRetry;
-  }
-  if (rc) {
-    fatal(anyepTransportError, where(r) + ": posting a signal to rank " + std::to_string(dst) + " failed: " + ep_->last_error());
-    return Step::kFailed;
-  }
+  if (const Step st = post(r, w, "SIGNAL"); st != Step::kDone) return st;
   staging_busy_[slot] = 1;
-  staging_next_ = slot + 1 == s_.staging_slots ? 0 : slot + 1;
+  staging_next_ = slot + 1 == s_.cfg.staging_slots ? 0 : slot + 1;
   sig_seq_[dst] = (seq + 1) & imm::kSeqMask;
   --sig_credit_[dst];
   if (fence == Fence::kOrdered) {
@@ -300,7 +298,7 @@ ProxyThread::Step ProxyThread::start_quiet(uint32_t r, const TransferCmd& c, uin
 }
 
 bool ProxyThread::in_barrier_set(uint32_t peer, bool rail) const {
-  return !rail || peer % s_.ranks_per_node == s_.rank % s_.ranks_per_node;
+  return !rail || peer % s_.cfg.ranks_per_node == s_.rank % s_.cfg.ranks_per_node;
 }
 
 bool ProxyThread::try_finish(uint32_t r, uint64_t now) {
@@ -362,7 +360,7 @@ bool ProxyThread::poll_transport(uint64_t now) {
         const uint32_t seq = imm::signal_seq(v);
         // The transport reports the immediate only after the record landed; copy it out now so
         // the slot can be handed back to the sender.
-        const SignalRecord rec = signal_area_[static_cast<size_t>(src) * s_.signal_slots + (seq & (s_.signal_slots - 1))];
+        const SignalRecord rec = signal_area_[static_cast<size_t>(src) * s_.cfg.signal_slots + (seq & (s_.cfg.signal_slots - 1))];
         if (rec.seq != seq) {
           fatal(anyepTransportError, where(~0u) + ": signal record " + std::to_string(seq) + " from rank " +
                                          std::to_string(src) + " holds sequence " + std::to_string(rec.seq) +
@@ -370,7 +368,7 @@ bool ProxyThread::poll_transport(uint64_t now) {
           return false;
         }
         rc = engine_.on_signal(src, rec, now);
-        if (++freed_[src] >= s_.signal_slots / 4) {
+        if (++freed_[src] >= s_.cfg.signal_slots / 4) {
           credit_owed_[src] += freed_[src];
           freed_[src] = 0;
           credits_pending_ = true;
@@ -387,7 +385,7 @@ bool ProxyThread::poll_transport(uint64_t now) {
         break;
       case imm::Kind::kCredit:
         sig_credit_[src] += imm::credit_slots(v);
-        if (sig_credit_[src] > s_.signal_slots) {
+        if (sig_credit_[src] > s_.cfg.signal_slots) {
           fatal(anyepTransportError, where(~0u) + ": rank " + std::to_string(src) + " returned more signal credits than exist");
           return false;
         }

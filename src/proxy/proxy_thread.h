@@ -15,6 +15,7 @@
 #include "proxy/async_error.h"
 #include "proxy/imm_format.h"
 #include "proxy/ordering_engine.h"
+#include "proxy/proxy.h"
 #include "proxy/symmetric_memory.h"
 #include "transport/transport.h"
 
@@ -24,13 +25,9 @@ struct ThreadSetup {
   uint32_t index = 0;  // thread i of T
   uint32_t num_threads = 1;
   uint32_t rank = 0, num_ranks = 1;
-  uint32_t num_tags = 64;
-  uint32_t signal_slots = 256;
-  uint32_t staging_slots = 256;
-  uint32_t batch = 32;
-  uint32_t ranks_per_node = 1;
-  uint64_t timeout_ns = 0;
-  bool bypass = false;
+  uint64_t timeout_ns = 0;  // resolved (never 0)
+  bool bypass = false;      // resolved from cfg.ordering and the transport
+  ProxyConfig cfg;          // sizes: num_tags, signal_slots, staging_slots, batch, ranks_per_node
   EngineConfig engine;
 };
 
@@ -77,6 +74,7 @@ class ProxyThread {
 
   bool service_ring(uint32_t r, uint64_t now);
   Step execute(uint32_t r, const TransferCmd& c, uint64_t now);
+  Step post(uint32_t r, const transport::WriteDesc& w, const char* what);
   Step do_write(uint32_t r, const TransferCmd& c);
   Step do_signal(uint32_t r, const TransferCmd& c);
   Step start_quiet(uint32_t r, const TransferCmd& c, uint64_t now);
