@@ -13,6 +13,10 @@ export FI_TCP_IFACE=lo NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
   echo "date: $(date -u)"; echo "host: $(hostname)"; nproc; lscpu | grep -E "Model name|Socket|NUMA node\(s\)" || true
   git rev-parse HEAD 2>/dev/null || echo "(no git: copied tree)"
 } > "$OUT/machine.txt" 2>&1
+# .deps' libfabric.pc names prefix /usr, where the device machine has no headers: hide pkg-config
+# so CMake's find_path/find_library search CMAKE_PREFIX_PATH instead.
+mkdir -p "$OUT/no-pkgconfig"
+PKG_CONFIG_LIBDIR="$OUT/no-pkgconfig" PKG_CONFIG_PATH= \
 cmake -S . -B build-proxy -G Ninja -DCMAKE_BUILD_TYPE=Release -DANYEP_CUDA=OFF -DANYEP_TESTS=OFF \
   -DCMAKE_PREFIX_PATH="$DEPS" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build build-proxy -j "$(nproc)" --target proxy_bench anyep_main > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
