@@ -18,7 +18,7 @@ export FI_TCP_IFACE=lo NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$OUT/no-pkgconfig"
 PKG_CONFIG_LIBDIR="$OUT/no-pkgconfig" PKG_CONFIG_PATH= \
 cmake -S . -B build-proxy -G Ninja -DCMAKE_BUILD_TYPE=Release -DANYEP_CUDA=OFF -DANYEP_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$DEPS" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+  -DPKG_CONFIG_USE_CMAKE_PREFIX_PATH=OFF -DCMAKE_PREFIX_PATH="$DEPS" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build build-proxy -j "$(nproc)" --target proxy_bench anyep_main > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 ./build-proxy/bench/proxy/proxy_bench --threads 1,2,4,8 --backends loopback --commands 1000000 --reps 3 \
   2>&1 | tee "$OUT/bench_loopback.txt"
