@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
   std::string provider = "shm";
   WorkloadConfig w;
   w.producers = 3;
-  w.ll_rounds = 200;
-  w.ht_chunks = 400;
+  w.ll_rounds = 1000;
+  w.ht_chunks = 2000;
   w.max_tokens = 8;
   w.token_max = 7168;  // DeepEP's FP8 token at hidden 7168
   w.ht_slots = 16;
