@@ -92,7 +92,7 @@ class ChaosTransport final : public Transport {
 
   int post_write(const WriteDesc& w) override {
     if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
-    if (auto e = regions_.check_write(w, caps_); !e.empty()) return fail(-EINVAL, "post_write: " + e);
+    if (!regions_.write_ok(w, caps_)) return fail(-EINVAL, "post_write: " + regions_.check_write(w, caps_));
     hold(true, w);
     return 0;
   }
