@@ -379,7 +379,7 @@ class LibfabricTransport final : public Transport {
       order &= nic->info->tx_attr->msg_order & nic->info->rx_attr->msg_order;
     }
     caps_.max_write_bytes = max_msg;
-    choose_source_id(cfg, cq_data);
+    choose_source_id(cfg, std::min<size_t>(cq_data, cfg.max_cq_data_bytes));
     caps_.imm_bytes = static_cast<uint32_t>(std::min<size_t>({imm_room_, cfg.max_imm_bytes}));
     // Writes to one peer land in posting order only if the provider orders write-after-write on
     // both sides AND all writes to that peer use one NIC (striping across NICs reorders).
