@@ -33,7 +33,7 @@ if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}" >"$OUT/bu
   tail -50 "$OUT/build.log"; exit 1
 fi
 echo "=== built ${targets[*]} in $(( $(date +%s) - t0 )) s"
-(fi_info -l 2>/dev/null | grep -E '^[a-z]' | tr '\n' ' '; echo) | tee "$OUT/providers.txt"
+{ (fi_info -l 2>/dev/null | grep -E "^[a-z]" | tr "\n" " "; echo) || echo "fi_info not available"; } | tee "$OUT/providers.txt"
 nproc | sed 's/^/cores: /'
 
 declare -A rc
