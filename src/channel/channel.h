@@ -21,8 +21,14 @@ struct ChannelConfig {
   uint32_t capacity = 1024;  // slots per ring; a power of two
   ProducerKind producer = ProducerKind::kCpu;
   int cuda_device = 0;                  // kGpu only
-  uint64_t timeout_ns = 30'000'000'000;  // producer wait bound (ANYEP_TIMEOUT_S by default)
+  uint64_t timeout_ns = 30'000'000'000;  // producer wait bound; callers pass ANYEP_TIMEOUT_S's value
 };
+
+inline constexpr uint32_t kMaxRings = 1u << 16;
+inline constexpr uint32_t kMaxRingCapacity = 1u << 24;  // 256 MiB of slots per ring
+
+// Throws anyep::InvalidArgument naming the first bad field (the Channel constructor calls it).
+void validate(const ChannelConfig& cfg);
 
 // The consumer end of one ring. One thread at a time (the proxy thread that owns the ring).
 class RingConsumer {
