@@ -69,19 +69,22 @@ struct RingHandle {
     return publish(port::atomic_add_device(head, 1), cmd);
   }
 
-  // Warp-cooperative push: every active lane of the warp pushes its own `cmd` into THIS ring
-  // (the handle must be the same in all lanes that call it together). One atomic claims a run of
-  // slots for the whole warp; lanes take them in lane order, so lane order is index order.
-  // Returns this lane's index or kPushFailed. On the host it is push().
+  // Warp-cooperative push: every active lane of the warp pushes its own `cmd`. Lanes that push
+  // into the same ring (same `head`) are grouped and their group leader claims a run of slots
+  // with ONE atomic; lanes take them in lane order, so lane order is index order within a group.
+  // Lanes may name different rings (e.g. lanes of one warp that drifted to different loop
+  // iterations and reconverged here): each ring gets its own claim. Returns this lane's index or
+  // kPushFailed. On the host it is push().
   ANYEP_HD ANYEP_INLINE uint64_t push_warp(const TransferCmd& cmd) const {
 #if defined(ANYEP_DEVICE_PASS)
     const uint64_t active = port::warp_active_mask();
+    const uint64_t peers = port::warp_match_any(active, reinterpret_cast<uintptr_t>(head));
     const int lane = port::warp_lane();
-    const int leader = port::lowest_bit64(active);
-    const uint64_t below = active & ((1ull << lane) - 1);
+    const int leader = port::lowest_bit64(peers);
     uint64_t base = 0;
-    if (lane == leader) base = port::atomic_add_device(head, static_cast<uint64_t>(port::popcount64(active)));
-    base = port::warp_broadcast(active, base, leader);
+    if (lane == leader) base = port::atomic_add_device(head, static_cast<uint64_t>(port::popcount64(peers)));
+    base = port::warp_broadcast(active, base, leader);  // every active lane reads its own leader
+    const uint64_t below = peers & ((1ull << lane) - 1);
     // Each lane waits for its own slot: with capacity < warp size the early lanes must publish
     // (and be retired) before the late lanes' slots free up, so no lane waits for the whole run.
     return publish(base + static_cast<uint64_t>(port::popcount64(below)), cmd);

@@ -213,6 +213,21 @@ ANYEP_HD ANYEP_INLINE uint64_t warp_broadcast(uint64_t mask, uint64_t v, int src
 #endif
 }
 
+// Lanes of `mask` whose `v` equals this lane's (all lanes of `mask` must call this).
+ANYEP_HD ANYEP_INLINE uint64_t warp_match_any(uint64_t mask, uint64_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __match_any_sync(static_cast<unsigned>(mask), static_cast<unsigned long long>(v));
+#elif defined(ANYEP_DEVICE_PASS)
+  (void)mask;
+  (void)v;
+  return 1ull << __lane_id();  // no match instruction: every lane is its own group (correct, slower)
+#else
+  (void)mask;
+  (void)v;
+  return 1;
+#endif
+}
+
 ANYEP_HD ANYEP_INLINE int popcount64(uint64_t x) {
 #if defined(ANYEP_DEVICE_PASS)
   return __popcll(x);

@@ -4,11 +4,10 @@ namespace anyep::gputest {
 
 __global__ void push_kernel(PushParams p) {
   const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
-  const uint32_t warp = tid / port::kWarpSize;
   const uint32_t lane = tid % port::kWarpSize;
   if (lane >= p.lanes_per_warp) return;
   for (uint32_t j = 0; j < p.per_lane; ++j) {
-    const uint32_t ring = (warp + j) % p.num_rings;  // uniform across the warp (push_warp needs it)
+    const uint32_t ring = ring_of(tid, j, p.num_rings, p.spread_lanes);
     const TransferCmd c = expected_cmd(tid, j, ring);
     const uint64_t idx = p.warp_push ? p.rings[ring].push_warp(c) : p.rings[ring].push(c);
     if (idx == kPushFailed) atomicAdd(p.failures, 1u);

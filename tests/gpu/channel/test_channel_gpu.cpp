@@ -35,12 +35,13 @@ namespace {
 // each producer's commands arrive in push order, each exactly once, none torn.
 class RingChecker {
  public:
-  RingChecker(uint32_t ring, uint32_t num_rings, uint32_t producers, uint32_t lanes_per_warp, uint32_t per_lane)
-      : ring_(ring), rings_(num_rings), lanes_(lanes_per_warp), next_(producers, 0) {
+  RingChecker(uint32_t ring, uint32_t num_rings, uint32_t producers, uint32_t lanes_per_warp, uint32_t per_lane,
+              int spread)
+      : ring_(ring), rings_(num_rings), next_(producers, 0) {
     for (uint32_t p = 0; p < producers; ++p) {
       if (p % 32 >= lanes_per_warp) { next_[p] = per_lane; continue; }  // not a producing lane
-      const uint32_t warp = p / 32;
-      next_[p] = (ring + rings_ - warp % rings_) % rings_;  // first j with (warp + j) % R == ring
+      next_[p] = 0;
+      while (next_[p] < rings_ && ring_of(p, next_[p], rings_, spread) != ring) ++next_[p];  // first j for us
       for (uint32_t j = next_[p]; j < per_lane; j += rings_) ++expected_;
     }
   }
@@ -65,7 +66,7 @@ class RingChecker {
   uint64_t received() const { return received_; }
 
  private:
-  uint32_t ring_, rings_, lanes_;
+  uint32_t ring_, rings_;
   std::vector<uint32_t> next_;
   uint64_t expected_ = 0, received_ = 0;
 };
@@ -78,10 +79,10 @@ struct RunResult {
 // T host threads drain the rings (thread t owns rings t, t+T, ...) until every expected command
 // arrived or `timeout` passed.
 RunResult consume(Channel& ch, uint32_t threads, uint32_t producers, uint32_t lanes_per_warp, uint32_t per_lane,
-                  std::chrono::seconds timeout) {
+                  int spread, std::chrono::seconds timeout) {
   const uint32_t R = ch.num_rings();
   std::vector<RingChecker> checkers;
-  for (uint32_t r = 0; r < R; ++r) checkers.emplace_back(r, R, producers, lanes_per_warp, per_lane);
+  for (uint32_t r = 0; r < R; ++r) checkers.emplace_back(r, R, producers, lanes_per_warp, per_lane, spread);
   std::vector<std::string> errors(threads);
   std::vector<std::thread> pool;
   for (uint32_t t = 0; t < threads; ++t) {
@@ -125,6 +126,7 @@ RunResult consume(Channel& ch, uint32_t threads, uint32_t producers, uint32_t la
 struct Shape {
   uint32_t warps, rings, threads, per_lane, capacity;
   int warp_push;
+  int spread_lanes = 0;
 };
 
 void run_shape(const Shape& s) {
@@ -133,10 +135,10 @@ void run_shape(const Shape& s) {
   uint32_t* failures = nullptr;
   CUDA_OK(cudaMalloc(&failures, sizeof(uint32_t)));
   CUDA_OK(cudaMemset(failures, 0, sizeof(uint32_t)));
-  PushParams p{ch.producer_array(), s.rings, s.per_lane, 32, s.warp_push, nullptr, failures};
+  PushParams p{ch.producer_array(), s.rings, s.per_lane, 32, s.warp_push, s.spread_lanes, nullptr, failures};
   ASSERT_EQ(s.warps % 4, 0u);
   CUDA_OK(launch_push(p, s.warps, 4, nullptr));
-  RunResult res = consume(ch, s.threads, s.warps * 32, 32, s.per_lane, std::chrono::seconds(30));
+  RunResult res = consume(ch, s.threads, s.warps * 32, 32, s.per_lane, s.spread_lanes, std::chrono::seconds(30));
   CUDA_OK(cudaDeviceSynchronize());
   uint32_t failed = 0;
   CUDA_OK(cudaMemcpy(&failed, failures, sizeof failed, cudaMemcpyDeviceToHost));
@@ -154,7 +156,8 @@ void run_shape(const Shape& s) {
 
 }  // namespace
 
-// W = 64 warps (2048 producer lanes) x 192 commands into R = 8 rings read by T = 4 threads.
+// W = 64 warps (2048 producer lanes) x 192 commands into R = 8 rings read by T = 4 threads; a
+// producer's j-th command goes to ring (warp + j) % R, so every producer feeds every ring.
 TEST(ChannelGpu, WarpsToRingsToHostThreadsPerLanePush) {
   SKIP_WITHOUT_GPU();
   run_shape({.warps = 64, .rings = 8, .threads = 4, .per_lane = 192, .capacity = 1024, .warp_push = 0});
@@ -163,6 +166,13 @@ TEST(ChannelGpu, WarpsToRingsToHostThreadsPerLanePush) {
 TEST(ChannelGpu, WarpsToRingsToHostThreadsWarpPush) {
   SKIP_WITHOUT_GPU();
   run_shape({.warps = 64, .rings = 8, .threads = 4, .per_lane = 192, .capacity = 1024, .warp_push = 1});
+}
+
+// Lanes of one warp push into different rings in the same push_warp call: one claim per ring.
+TEST(ChannelGpu, WarpPushWithLanesOnDifferentRings) {
+  SKIP_WITHOUT_GPU();
+  run_shape({.warps = 32, .rings = 6, .threads = 3, .per_lane = 96, .capacity = 128, .warp_push = 1,
+             .spread_lanes = 1});
 }
 
 TEST(ChannelGpu, MoreRingsThanThreadsAndOneThread) {
@@ -185,7 +195,7 @@ TEST(ChannelGpu, TinyRingBackpressure) {
     CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&progress_dev), progress, 0));
     CUDA_OK(cudaMalloc(&failures, sizeof(uint32_t)));
     CUDA_OK(cudaMemset(failures, 0, sizeof(uint32_t)));
-    PushParams p{ch.producer_array(), 1, kPerLane, 32, warp_push, progress_dev, failures};
+    PushParams p{ch.producer_array(), 1, kPerLane, 32, warp_push, 0, progress_dev, failures};
     CUDA_OK(launch_push(p, kWarps, 4, nullptr));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     uint64_t pushed = 0;
@@ -194,7 +204,7 @@ TEST(ChannelGpu, TinyRingBackpressure) {
     TransferCmd batch[8];
     EXPECT_EQ(ch.consumer(0).poll_batch(batch, 8), kCap);
     EXPECT_EQ(cudaStreamQuery(nullptr), cudaErrorNotReady) << "kernel finished although the ring was full";
-    RunResult res = consume(ch, 1, kWarps * 32, 32, kPerLane, std::chrono::seconds(30));
+    RunResult res = consume(ch, 1, kWarps * 32, 32, kPerLane, 0, std::chrono::seconds(30));
     CUDA_OK(cudaDeviceSynchronize());
     uint32_t failed = 0;
     CUDA_OK(cudaMemcpy(&failed, failures, sizeof failed, cudaMemcpyDeviceToHost));
@@ -219,7 +229,7 @@ TEST(ChannelGpu, DeviceTimeoutReportsRingAndIndex) {
   CUDA_OK(cudaMalloc(&failures, sizeof(uint32_t)));
   CUDA_OK(cudaMemset(failures, 0, sizeof(uint32_t)));
   // Lanes 0..2 of each warp push one command; nobody consumes.
-  PushParams p{ch.producer_array(), 2, 1, 3, 0, nullptr, failures};
+  PushParams p{ch.producer_array(), 2, 1, 3, 0, 0, nullptr, failures};
   CUDA_OK(launch_push(p, 4, 4, nullptr));  // 4 warps: warps 0, 2 -> ring 0; warps 1, 3 -> ring 1
   CUDA_OK(cudaDeviceSynchronize());
   uint32_t failed = 0;
