@@ -92,4 +92,21 @@ cudaError_t launch_raw_stores(TransferCmd* buf, uint32_t slots, uint32_t warps, 
   return cudaGetLastError();
 }
 
+__global__ void channel_rtt_kernel(RingHandle ring, uint32_t n, uint64_t* out) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint64_t t0 = port::now_ns();
+    const uint64_t idx = ring.push(make_nop(t0));
+    if (idx == kPushFailed || !ring.wait_done(idx)) {
+      out[i] = ~0ull;
+      return;
+    }
+    out[i] = port::now_ns() - t0;
+  }
+}
+
+cudaError_t launch_channel_rtt(RingHandle ring, uint32_t n, uint64_t* out, cudaStream_t s) {
+  channel_rtt_kernel<<<1, 1, 0, s>>>(ring, n, out);
+  return cudaGetLastError();
+}
+
 }  // namespace anyep::bench

@@ -37,4 +37,8 @@ cudaError_t launch_timer_resolution(uint64_t* out, cudaStream_t s);
 cudaError_t launch_raw_stores(TransferCmd* buf, uint32_t slots, uint32_t warps, uint32_t per_lane, int release,
                               cudaStream_t s);
 
+// Clock-free round trip through the channel: one thread pushes a NOP, waits for done(index)
+// (a host thread pops it), n times; out[i] = %globaltimer ns from before the push to done.
+cudaError_t launch_channel_rtt(RingHandle ring, uint32_t n, uint64_t* out, cudaStream_t s);
+
 }  // namespace anyep::bench

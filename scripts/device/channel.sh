@@ -41,5 +41,5 @@ set -e
 echo
 echo "=== summary (logs in $OUT)"
 echo "GPU test: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/gpu_test.log" | tr '\n' ' ') (rc $test_rc)"
-sed -n '/^pipeline /,$p' "$OUT/bench.log"
+sed -n '/^(M commands/,$p' "$OUT/bench.log"
 exit $(( test_rc || bench_rc ))
