@@ -41,6 +41,7 @@ class RingConsumer {
 
   // Command `ahead` places after the oldest unretired one, if published (batch draining).
   bool peek(uint32_t ahead, TransferCmd* out) const {
+    if (ahead >= capacity_) return false;  // index tail + ahead cannot be in the ring yet
     const TransferCmd& s = slots_[(tail_ + ahead) & (capacity_ - 1)];
     uint64_t lo, hi;
     port::load16_acquire_system(&s.lo, &lo, &hi);  // acquire: the payload the producer wrote first
@@ -53,7 +54,7 @@ class RingConsumer {
   // Up to `max` consecutive published commands starting at the oldest; returns how many.
   uint32_t poll_batch(TransferCmd* out, uint32_t max) const {
     uint32_t n = 0;
-    while (n < max && n < capacity_ && peek(n, &out[n])) ++n;
+    while (n < max && peek(n, &out[n])) ++n;
     return n;
   }
 

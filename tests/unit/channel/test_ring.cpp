@@ -62,6 +62,7 @@ TEST(Ring, PeekAndPollBatchSeeOnlyPublishedRun) {
   TransferCmd out;
   ASSERT_TRUE(c.peek(5, &out));
   EXPECT_EQ(out.hi, 105u);
+  EXPECT_FALSE(c.peek(8, &out));  // one lap ahead: that index cannot be published yet
   c.pop(5);
   EXPECT_EQ(c.poll_batch(buf, 16), 3u);
   EXPECT_EQ(buf[0].hi, 105u);

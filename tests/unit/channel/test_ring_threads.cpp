@@ -96,12 +96,15 @@ TEST(RingThreads, FullRingBlocksProducerUntilPop) {
   std::atomic<bool> returned{false};
   std::atomic<uint64_t> index{0};
   std::atomic<uint64_t> blocked_ns{0};
+  std::atomic<bool> started{false};
   std::thread producer([&] {
     const uint64_t t0 = port::now_ns();
+    started.store(true);  // after t0: the 50 ms below all fall inside the measured wait
     index.store(p.push(make_nop(4)));
     blocked_ns.store(port::now_ns() - t0);
     returned.store(true);
   });
+  while (!started.load()) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(returned.load()) << "push into a full ring returned without a free slot";
   TransferCmd out;
@@ -111,7 +114,7 @@ TEST(RingThreads, FullRingBlocksProducerUntilPop) {
   producer.join();
   EXPECT_TRUE(returned.load());
   EXPECT_EQ(index.load(), 4u);
-  EXPECT_GE(blocked_ns.load(), 45'000'000u) << "the producer did not actually wait";
+  EXPECT_GE(blocked_ns.load(), 50'000'000u) << "the producer did not actually wait";
   for (uint64_t i = 1; i <= 4; ++i) {
     ASSERT_TRUE(c.poll(&out));
     EXPECT_EQ(out.hi, i);
