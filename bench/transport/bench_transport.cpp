@@ -211,7 +211,10 @@ std::string machine() {
 int main(int argc, char** argv) {
   Opts o;
   std::string cmd;
-  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    if (i) cmd += " ";
+    cmd += argv[i];
+  }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {

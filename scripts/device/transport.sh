@@ -64,7 +64,7 @@ for n in unit mp_bootstrap mp_libfabric; do
 done
 if [ -f "$OUT/bench.log" ]; then
   grep -E "^# (command|machine)" "$OUT/bench.log"
-  grep -E "^(prov|tcp|shm) " "$OUT/bench.log" | awk '!(/^prov/ && seen++)'
+  grep -E "^(prov|tcp|shm|self) " "$OUT/bench.log" | awk '!(/^prov/ && seen++)'
 fi
 status=0
 for n in "${!rc[@]}"; do [ "${rc[$n]}" = 0 ] || status=1; done

@@ -330,7 +330,10 @@ class LibfabricTransport final : public Transport {
   std::string describe() const {
     const fi_info* i = nics_[0]->info;
     std::string s = "libfabric provider=" + caps_.provider + " fabric=" + i->fabric_attr->name + " domains=";
-    for (size_t k = 0; k < nics_.size(); ++k) s += (k ? "," : "") + std::string(nics_[k]->info->domain_attr->name);
+    for (size_t k = 0; k < nics_.size(); ++k) {
+      if (k) s += ",";
+      s += nics_[k]->info->domain_attr->name;
+    }
     s += " (" + std::to_string(distinct_domains_) + " distinct) mr_mode=" + mr_mode_names(i->domain_attr->mr_mode) +
          " tx_order=" + order_names(i->tx_attr->msg_order) + " rx_order=" + order_names(i->rx_attr->msg_order) +
          " cq_data_size=" + std::to_string(i->domain_attr->cq_data_size) + " inject=" + std::to_string(i->tx_attr->inject_size) +
@@ -376,7 +379,7 @@ class LibfabricTransport final : public Transport {
       order &= nic->info->tx_attr->msg_order & nic->info->rx_attr->msg_order;
     }
     caps_.max_write_bytes = max_msg;
-    choose_source_id(cfg, cq_data);
+    choose_source_id(cfg, std::min<size_t>(cq_data, cfg.max_cq_data_bytes));
     caps_.imm_bytes = static_cast<uint32_t>(std::min<size_t>({imm_room_, cfg.max_imm_bytes}));
     // Writes to one peer land in posting order only if the provider orders write-after-write on
     // both sides AND all writes to that peer use one NIC (striping across NICs reorders).

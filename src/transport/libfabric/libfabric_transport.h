@@ -45,6 +45,9 @@ struct LibfabricConfig {
   // providers whose remote-write completions carry no source address), 0 FI_SOURCE, 1 the rank in
   // CQ data bits above the 32-bit immediate (shrinks imm_bytes when CQ data is only 4 bytes).
   int source_id = -1;
+  // Treat the provider's CQ data as at most this many bytes (< 8 emulates a NIC with 4-byte CQ
+  // data, as verbs has; tests use it to exercise the rank-in-the-top-bytes path).
+  uint32_t max_cq_data_bytes = 8;
   // Ask for FI_HMEM (GPU memory registration) when the provider offers it.
   bool want_hmem = true;
 };

@@ -106,22 +106,32 @@ TEST_P(Provider, TwoEmulatedNicsStripeWritesAndStillDeliverEverything) {
 }
 
 TEST_P(Provider, RankInCqDataIdentifiesTheSourceToo) {
-  // The fallback for providers without a usable FI_SOURCE, exercised on both providers.
+  // The fallback for providers without a usable FI_SOURCE, exercised on both providers: the rank
+  // above the immediate in 8-byte CQ data, and in the top byte of an emulated 4-byte CQ data
+  // (verbs-like), where the immediate shrinks to 3 bytes and says so.
   require_provider(GetParam());
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
-  auto res = mp::run_ranks(3, [&](mp::Rank& r) {
-    LibfabricConfig cfg = host_only();
-    cfg.source_id = 1;
-    auto t = make(r, prov, false, cfg);
-    ANYEP_MP_CHECK(transport::libfabric::describe(*t).find("source_id=cq_data") != std::string::npos,
-                   transport::libfabric::describe(*t));
-    mptest::AlltoallSpec spec;
-    spec.max_bytes = 64 << 10;
-    spec.writes_per_peer = 16;
-    mptest::run_alltoall(*t, *r.boot, spec);
-  });
-  ANYEP_EXPECT_RANKS_OK(res);
+  for (uint32_t cq_bytes : {8u, 4u}) {
+    auto res = mp::run_ranks(3, [&](mp::Rank& r) {
+      LibfabricConfig cfg = host_only();
+      cfg.source_id = 1;
+      cfg.max_cq_data_bytes = cq_bytes;
+      auto t = make(r, prov, false, cfg);
+      std::string d = transport::libfabric::describe(*t);
+      ANYEP_MP_CHECK(d.find(cq_bytes == 8 ? "source_id=cq_data(bit 32)" : "source_id=cq_data(bit 24)") != std::string::npos, d);
+      ANYEP_MP_CHECK(t->capabilities().imm_bytes == (cq_bytes == 8 ? 4u : 3u), "imm_bytes");
+      mptest::AlltoallSpec spec;
+      spec.max_bytes = 64 << 10;
+      spec.writes_per_peer = 16;
+      mptest::run_alltoall(*t, *r.boot, spec);  // connects, then checks every source and immediate
+      if (cq_bytes == 4) {
+        ANYEP_MP_CHECK(t->post_imm((r.rank + 1) % r.size, 1u << 24, 0) == -EINVAL, "a 4-byte immediate must not fit in 3");
+        ANYEP_MP_CHECK(t->last_error().find("3-byte immediate") != std::string::npos, t->last_error());
+      }
+    });
+    ANYEP_EXPECT_RANKS_OK(res);
+  }
 }
 
 TEST_P(Provider, FullQueueIsEagainNotAnErrorAndEverythingStillArrives) {
