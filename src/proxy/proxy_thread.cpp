@@ -55,6 +55,8 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
   sig_seq_.assign(n, 0);
   sig_credit_.assign(n, s.cfg.signal_slots);
   freed_.assign(n, 0);
+  slot_read_.assign(area, 0);
+  next_unread_.assign(n, 0);
   credit_owed_.assign(n, 0);
   for (int k = 0; k < 2; ++k) barriers_in_[k].assign(n, 0), last_epoch_in_[k].assign(n, 0);
   batch_.resize(s.cfg.batch);
@@ -314,13 +316,17 @@ bool ProxyThread::try_finish(uint32_t r, uint64_t now) {
     for (; st.next_peer < s_.num_ranks; ++st.next_peer) {
       const uint32_t p = st.next_peer;
       if (p == s_.rank || !in_barrier_set(p, st.rail)) continue;
-      const int rc = ep_->post_imm(p, imm::make_barrier(static_cast<uint32_t>(st.epoch), st.rail), ctx(kNoRing));
+      // Counted on this ring: the barrier retires only once our arrivals are complete too, so a
+      // peer that leaves the barrier and shuts down cannot strand our arrival in its transport.
+      const int rc = ep_->post_imm(p, imm::make_barrier(static_cast<uint32_t>(st.epoch), st.rail), ctx(r));
       if (rc == -EAGAIN) return false;
       if (rc) {
         fatal(anyepTransportError, where(r) + ": BARRIER: posting to rank " + std::to_string(p) + " failed: " + ep_->last_error());
         return false;
       }
+      ++st.outstanding;
     }
+    if (st.outstanding) return false;
     for (uint32_t p = 0; p < s_.num_ranks; ++p)
       if (p != s_.rank && in_barrier_set(p, st.rail) && barriers_in_[st.rail][p] < st.target) return false;
   }
@@ -368,7 +374,15 @@ bool ProxyThread::poll_transport(uint64_t now) {
           return false;
         }
         rc = engine_.on_signal(src, rec, now);
-        if (++freed_[src] >= s_.cfg.signal_slots / 4) {
+        // Records may be read out of order (unordered transports): a slot is handed back only
+        // when every earlier slot of this sender was read too, so credits free a contiguous run.
+        uint8_t* read = &slot_read_[static_cast<size_t>(src) * s_.cfg.signal_slots];
+        read[seq & (s_.cfg.signal_slots - 1)] = 1;
+        for (uint32_t& n = next_unread_[src]; read[n & (s_.cfg.signal_slots - 1)]; n = (n + 1) & imm::kSeqMask) {
+          read[n & (s_.cfg.signal_slots - 1)] = 0;
+          ++freed_[src];
+        }
+        if (freed_[src] >= s_.cfg.signal_slots / 4) {
           credit_owed_[src] += freed_[src];
           freed_[src] = 0;
           credits_pending_ = true;

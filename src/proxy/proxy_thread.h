@@ -111,7 +111,9 @@ class ProxyThread {
   std::vector<uint32_t> sig_seq_;       // [num_ranks] next signal sequence number
   std::vector<uint32_t> sig_credit_;    // [num_ranks] record slots we may still fill
   // Receiver state.
-  std::vector<uint32_t> freed_;         // [num_ranks] slots read since our last credit
+  std::vector<uint32_t> freed_;         // [num_ranks] slots freed since our last credit
+  std::vector<uint8_t> slot_read_;      // [num_ranks][signal_slots] read, not yet freed
+  std::vector<uint32_t> next_unread_;   // [num_ranks] oldest signal seq not yet read
   std::vector<uint32_t> credit_owed_;   // [num_ranks] credits not yet sent (EAGAIN)
   std::vector<uint32_t> barriers_in_[2];  // [all|rail][num_ranks] barrier arrivals counted
   std::vector<uint32_t> last_epoch_in_[2];

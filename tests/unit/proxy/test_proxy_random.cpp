@@ -22,6 +22,7 @@ struct Case {
   uint32_t ranks, threads, producers;
   int ordering;
   uint64_t seed;
+  uint32_t signal_slots = 16;  // small: exercises credit flow control
 };
 
 void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
@@ -41,7 +42,7 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
   lc.num_counters = StreamWorkload::num_counters(w);
   lc.proxy.num_tags = StreamWorkload::num_tags(w);
   lc.proxy.ordering = c.ordering;
-  lc.proxy.signal_slots = 16;  // small: exercises credit flow control
+  lc.proxy.signal_slots = c.signal_slots;
   lc.proxy.staging_slots = 8;
   lc.proxy.timeout_ns = 30'000'000'000ull;
   lc.endpoints = endpoints;
@@ -109,4 +110,15 @@ TEST(ProxyRandom, ChaosEngine2Ranks1Thread) {
 TEST(ProxyRandom, ChaosEngine4Ranks2Threads) {
   const uint64_t seed = base_seed() + 4;
   run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), seed}, chaos_factory(4, 2, seed, 16));
+}
+
+// Four signal slots per peer and long chaos delays: signal records are read far out of order, so
+// credits must only hand back slots below the oldest unread one.
+TEST(ProxyRandom, ChaosTinySignalArea) {
+  for (uint64_t k = 0; k < 3 && !HasFailure(); ++k) {
+    const uint64_t seed = base_seed() + 5 + k;
+    Case c{3, 1, 3, static_cast<int>(Ordering::kAuto), seed};
+    c.signal_slots = 4;
+    run_case(c, chaos_factory(3, 1, seed, 48));
+  }
 }
