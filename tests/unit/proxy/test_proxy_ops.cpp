@@ -184,6 +184,47 @@ TEST(ProxyFailures, BarrierWithAnAbsentRankTimesOutNamingIt) {
   EXPECT_NE(e.find("BARRIER #1 (epoch 1) waited more than 300 ms; not entered by: rank 2 (entered 0)"), std::string::npos) << e;
 }
 
+// A transport whose writes land but never report local completion: QUIET must end in an error
+// naming the ring and how many operations were incomplete, not hang.
+class NoCompletions final : public transport::Transport {
+ public:
+  explicit NoCompletions(std::unique_ptr<transport::Transport> in) : in_(std::move(in)) {}
+  const transport::Capabilities& capabilities() const override { return in_->capabilities(); }
+  uint32_t rank() const override { return in_->rank(); }
+  uint32_t num_ranks() const override { return in_->num_ranks(); }
+  transport::MrId register_memory(void* b, size_t n, transport::MemKind k) override { return in_->register_memory(b, n, k); }
+  std::vector<uint8_t> export_mr(transport::MrId id) const override { return in_->export_mr(id); }
+  std::vector<uint8_t> local_address() const override { return in_->local_address(); }
+  void connect(const std::vector<std::vector<uint8_t>>& a) override { in_->connect(a); }
+  void import_mr(uint32_t p, transport::MrId id, const std::vector<uint8_t>& d) override { in_->import_mr(p, id, d); }
+  int post_write(const transport::WriteDesc& w) override { return in_->post_write(w); }
+  int post_imm(uint32_t d, uint32_t imm, uint64_t c) override { return in_->post_imm(d, imm, c); }
+  int poll(transport::Completion* c, size_t mc, size_t* nc, transport::ImmEvent* i, size_t mi, size_t* ni) override {
+    const int rc = in_->poll(c, mc, nc, i, mi, ni);
+    *nc = 0;  // completions are swallowed
+    return rc;
+  }
+  std::string last_error() const override { return in_->last_error(); }
+
+ private:
+  std::unique_ptr<transport::Transport> in_;
+};
+
+TEST(ProxyFailures, QuietWhoseWritesNeverCompleteTimesOut) {
+  LocalClusterConfig c = small(2, 1, 300);
+  auto inner = loopback_factory(2, c.threads);
+  c.endpoints = [inner](uint32_t r, uint32_t t) { return std::make_unique<NoCompletions>(inner(r, t)); };
+  LocalCluster cl(c);
+  cl.start();
+  RingHandle h = cl.rank(0).channel->producer(1);
+  ASSERT_NE(h.push(make_write(1, 0, 0, 64)), kPushFailed);
+  const uint64_t q = h.push(make_quiet());
+  const std::string e = wait_error(cl, 10);
+  EXPECT_NE(e.find("rank 0 proxy thread 1 ring 1 index 1: QUIET waited more than 300 ms for remote completion of "
+                   "earlier commands: ring 1: 1 not complete"), std::string::npos) << e;
+  EXPECT_FALSE(h.done(q));
+}
+
 TEST(ProxyFailures, SetupRejectsAsymmetricRegions) {
   InProcessGroup g(2, 5);
   auto fab = loopback_factory(2, 1);
