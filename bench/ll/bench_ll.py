@@ -61,6 +61,14 @@ def nccl_combine(y, sel, sc, rc, w, n, k):
 
 
 def worker(rank, world, port, args, queue):
+    try:
+        run(rank, world, port, args, queue)
+    except Exception as e:  # report instead of leaving the parent waiting
+        queue.put((rank, {"error": f"{type(e).__name__}: {e}"}))
+        raise
+
+
+def run(rank, world, port, args, queue):
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             device_id=torch.device("cuda", rank))
@@ -171,7 +179,11 @@ def main():
         pr.start()
     results = dict(q.get(timeout=600) for _ in range(world))
     for pr in procs:
-        pr.join()
+        pr.join(timeout=60)
+    errors = {r: v["error"] for r, v in results.items() if "error" in v}
+    if errors:
+        print(f"bench_ll: failed: {errors}")
+        sys.exit(1)
     keys = ["dispatch_us", "combine_us", "dispatch_send_us", "dispatch_recv_us", "combine_send_us",
             "combine_recv_us", "dispatch_GBps", "combine_GBps", "nccl_dispatch_us", "nccl_combine_us"]
     print(f"bench_ll: {world} ranks on {results[0]['device']}, tokens/rank {args.tokens}, hidden {args.hidden}, "

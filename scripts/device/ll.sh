@@ -25,15 +25,20 @@ step configure 120 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMA
   -DCMAKE_PREFIX_PATH="$DEPS" -DANYEP_PYTHON=ON -DPython3_EXECUTABLE="$PY"
 step kernels 300 cmake --build build --target anyep_kernels -j 2   # CI-like: 2 jobs
 step build 400 cmake --build build --target anyep_python -j 16
-export PYTHONPATH=$PWD/build/python
-step pytest 420 "$PY" -m pytest -q -rs tests/python --junitxml="$OUT/pytest.xml"
-step bench 200 "$PY" bench/ll/bench_ll.py --iters 500 --json "$OUT/bench.json"
+export PYTHONPATH=$PWD/build/python ANYEP_TEST_LOG_DIR=$OUT PYTHONUNBUFFERED=1
+export ANYEP_TEST_WORLD_TIMEOUT_S=130
+step pytest2 150 "$PY" -m pytest -s -q -rs tests/python -k 2proc \
+  --junitxml="$OUT/pytest2.xml"
+step bench 110 env ANYEP_TIMEOUT_S=5 "$PY" bench/ll/bench_ll.py --iters 500 --json "$OUT/bench.json"
+export ANYEP_TEST_WORLD_TIMEOUT_S=170
+step pytest4 190 "$PY" -m pytest -s -q -rs tests/python -k 4proc \
+  --junitxml="$OUT/pytest4.xml"
 if [ "${LL_PIP:-0}" = 1 ]; then
   step pip 300 "$PY" -m pip install --no-build-isolation --no-deps --target "$OUT/../pipcheck" ./python
 fi
 
 echo "== logs: $OUT"
-tail -n 25 "$OUT/pytest.log"
+grep -hE "rank [0-9]+: c_|FAILED|passed|failed|setup" "$OUT/pytest2.log" "$OUT/pytest4.log" | tail -n 60
 grep -E "error|Error" "$OUT/build.log" | head -20
 cat "$OUT/bench.log"
 printf '%s\n' "${summary[@]}"

@@ -72,7 +72,7 @@ __device__ void recv_phase(const CombineArgs& a) {
     if (threadIdx.x < K) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
-      if (e >= 0) {
+      if (e >= 0 && e < E) {
         const int32_t* flag = reinterpret_cast<const int32_t*>(c.local + g.combine_flag_off(c.buf, e));
         uint64_t waited = 0;
         if (dev::wait_nonzero_sys(flag, c.timeout_ns, &waited) == 0)

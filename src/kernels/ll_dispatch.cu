@@ -64,7 +64,8 @@ __device__ void send_phase(const DispatchArgs& a) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       uint8_t* dst = nullptr;
-      if (e >= 0) {
+      if (e >= E) dev::report(c.err, kErrBadExpert, c.rank, e, -1, t);
+      if (e >= 0 && e < E) {
         const int owner = e / L;
         const int slot = atomicAdd(&c.ws.send_slot[e], 1);
         uint8_t* base = c.peers[owner];
@@ -126,7 +127,7 @@ __device__ void send_phase(const DispatchArgs& a) {
     if (threadIdx.x < K) {
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + threadIdx.x]);
       // Counted even when the write was refused (error already reported) so no warp waits forever.
-      if (e >= 0) {
+      if (e >= 0 && e < E) {
         __threadfence();
         dev::red_add_release_gpu(&c.ws.send_done[e], 1);
       }

@@ -28,6 +28,7 @@ enum ErrorCode : uint32_t {
   kErrSendTimeout = 3,          // local blocks did not finish sending an expert's tokens
   kErrNoPeer = 4,               // peer not NVLink-reachable and the proxy path is not built
   kErrSlotOverflow = 5,         // more messages for one (expert, source) than tokens per rank
+  kErrBadExpert = 6,            // topk_idx entry outside [-1, E) (host checks are off)
 };
 struct alignas(32) ErrorRecord {
   uint32_t code;     // ErrorCode; written last

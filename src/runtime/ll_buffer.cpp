@@ -249,6 +249,9 @@ void LowLatencyBuffer::check_error() const {
     case ll::kErrSlotOverflow:
       throw InvalidArgument(m.str() + "more than num_max_dispatch_tokens_per_rank messages for expert " +
                             std::to_string(e.expert) + " (duplicate experts in a token's topk_idx?)");
+    case ll::kErrBadExpert:
+      throw InvalidArgument(m.str() + "topk_idx holds expert " + std::to_string(e.expert) + " (token " +
+                            std::to_string(e.value) + "), outside [-1, num_experts)");
     default:
       m << "unknown device error code " << code;
   }

@@ -2,7 +2,10 @@
 torch reference computed from all ranks' inputs (each rank regenerates the others' inputs from
 their seeds). Results come back as {check: "ok" | failure text} per rank."""
 import datetime
+import faulthandler
 import os
+import sys
+import time
 import traceback
 
 import torch
@@ -335,21 +338,60 @@ def c_timeout(me, world, anyep):
         buf.destroy()
 
 
+class Progress:
+    """Per-rank progress lines, flushed at once (a killed run still shows how far it got)."""
+
+    def __init__(self, rank, world):
+        d = os.environ.get("ANYEP_TEST_LOG_DIR", "")
+        self.f = open(os.path.join(d, f"ll_w{world}_r{rank}.log"), "w") if d else None
+        self.rank = rank
+
+    def __call__(self, msg):
+        line = f"{time.strftime('%H:%M:%S')} rank {self.rank}: {msg}"
+        print(line, flush=True)
+        if self.f:
+            self.f.write(line + "\n")
+            self.f.flush()
+
+
+def settle(buf, progress):
+    """After a check: if any rank saw a device error, every rank cleans its buffer, so one failure
+    costs one timeout instead of cascading into the following checks."""
+    torch.cuda.synchronize()
+    err = 0
+    try:
+        buf.check_async_error()
+    except Exception as e:  # reported by the check itself
+        progress(f"device error: {e}")
+        err = 1
+    flag = torch.tensor([err])
+    dist.all_reduce(flag)
+    if int(flag) > 0:
+        progress("cleaning the buffer after a device error on some rank")
+        buf.clean_low_latency_buffer(8, 128, 2 * dist.get_world_size())
+    dist.barrier()
+
+
 def worker(rank, world, ngpus, port, queue):
     results = {}
+    progress = Progress(rank, world)
+    faulthandler.dump_traceback_later(int(os.environ.get("ANYEP_TEST_STACKS_AFTER_S", "240")), exit=False,
+                                      file=progress.f or sys.stderr)
     try:
         torch.cuda.set_device(rank % ngpus)
-        os.environ.setdefault("ANYEP_TIMEOUT_S", "20")
+        os.environ.setdefault("ANYEP_TIMEOUT_S", "5")
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=180))
+                                timeout=datetime.timedelta(seconds=120))
         import anyep
         import deep_ep
         assert deep_ep.Buffer is anyep.Buffer
         size = max(anyep.Buffer.get_low_latency_rdma_size_hint(128, 7168, world, 288),
                    anyep.Buffer.get_low_latency_rdma_size_hint(T_SMALL, H_SMALL, world, e_small(world)))
         buf = deep_ep.Buffer(dist.group.WORLD, 0, size, low_latency_mode=True, num_qps_per_rank=1)
+        progress(f"buffer of {size} bytes connected on GPU {rank % ngpus}")
         ctx = Ctx(rank, world, buf, anyep)
         for check in CHECKS:
+            t0 = time.time()
             try:
                 check(ctx)
                 torch.cuda.synchronize()
@@ -357,15 +399,24 @@ def worker(rank, world, ngpus, port, queue):
                 results[check.__name__] = "ok"
             except Exception:
                 results[check.__name__] = traceback.format_exc()
-            dist.barrier()
+            progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} "
+                     f"({time.time() - t0:.1f} s)")
+            settle(buf, progress)
+        t0 = time.time()
         try:
             c_timeout(rank, world, anyep)
             results["c_timeout"] = "ok"
         except Exception:
             results["c_timeout"] = traceback.format_exc()
+        progress(f"c_timeout: {'ok' if results['c_timeout'] == 'ok' else 'FAILED'} ({time.time() - t0:.1f} s)")
         dist.barrier()
         del buf
         dist.destroy_process_group()
     except Exception:
         results["setup"] = traceback.format_exc()
+        progress("setup failed")
+    for name, r in results.items():
+        if r != "ok":
+            progress(f"{name} failure:\n{r}")
+    faulthandler.cancel_dump_traceback_later()
     queue.put((rank, results))

@@ -4,6 +4,7 @@ without torch, without the compiled extension, or with fewer than 2 GPUs."""
 import os
 import socket
 import sys
+import time
 
 import pytest
 
@@ -58,15 +59,28 @@ def run_world(name):
     for p in procs:
         p.start()
     results = {}
+    deadline = time.time() + float(os.environ.get("ANYEP_TEST_WORLD_TIMEOUT_S", "400"))
     try:
-        for _ in range(world):
-            rank, res = queue.get(timeout=600)
-            results[rank] = res
+        # Poll: a rank that dies or hangs ends the wait with a message, not a silent stall.
+        while len(results) < world and time.time() < deadline:
+            try:
+                rank, res = queue.get(timeout=2)
+                results[rank] = res
+                continue
+            except Exception:
+                pass
+            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in results]
+            if dead:
+                for r in dead:
+                    results[r] = {"setup": f"rank {r} exited with code {procs[r].exitcode} without reporting"}
+        for r in range(world):
+            results.setdefault(r, {"setup": f"rank {r} did not report within the world timeout"})
     finally:
         for p in procs:
-            p.join(timeout=60)
+            p.join(timeout=10 if len(results) == world else 0.1)
             if p.is_alive():
                 p.kill()
+                p.join(timeout=10)
     _cache[name] = results
     return results
 
