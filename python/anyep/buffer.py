@@ -3,7 +3,6 @@
 Python only marshals: it gathers the connection records through the torch.distributed group,
 picks the stream and wraps events. Shape/dtype checks, layouts and kernels live in C++.
 """
-import os
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -59,8 +58,7 @@ class Buffer:
             if num_rdma_bytes <= 0:
                 raise ValueError("anyep: low_latency_mode needs num_rdma_bytes > 0 "
                                  "(see Buffer.get_low_latency_rdma_size_hint)")
-            check = os.environ.get("ANYEP_LL_CHECK_INPUTS", "1") != "0"
-            self._ll = _ext().LLBuffer(self.rank, self.group_size, int(num_rdma_bytes), check)
+            self._ll = _ext().LLBuffer(self.rank, self.group_size, int(num_rdma_bytes))
             infos = [None] * self.group_size
             dist.all_gather_object(infos, self._ll.local_info(), group=group)
             self._ll.connect(list(infos))

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "runtime/ll_buffer.h"
 
@@ -57,8 +58,9 @@ void check_topk_values(const at::Tensor& topk_idx, int64_t E, bool check_values)
 
 class LLBuffer {
  public:
-  LLBuffer(int rank, int num_ranks, int64_t num_bytes, bool check_values)
-      : rt_(std::make_shared<LowLatencyBuffer>(rank, num_ranks, num_bytes)), check_values_(check_values) {}
+  LLBuffer(int rank, int num_ranks, int64_t num_bytes)
+      : rt_(std::make_shared<LowLatencyBuffer>(rank, num_ranks, num_bytes)),
+        check_values_(anyep::env::get_bool("ANYEP_LL_CHECK_INPUTS")) {}
 
   py::bytes local_info() const {
     const auto v = rt_->local_info();
@@ -245,8 +247,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("size_hint", &LowLatencyBuffer::size_hint, py::arg("num_max_dispatch_tokens_per_rank"), py::arg("hidden"),
         py::arg("num_ranks"), py::arg("num_experts"));
   py::class_<LLBuffer>(m, "LLBuffer")
-      .def(py::init<int, int, int64_t, bool>(), py::arg("rank"), py::arg("num_ranks"), py::arg("num_bytes"),
-           py::arg("check_values"))
+      .def(py::init<int, int, int64_t>(), py::arg("rank"), py::arg("num_ranks"), py::arg("num_bytes"))
       .def("local_info", &LLBuffer::local_info)
       .def("connect", &LLBuffer::connect)
       .def("peer_direct", &LLBuffer::peer_direct)

@@ -10,6 +10,7 @@ namespace anyep::env {
 const std::vector<VarInfo>& all_vars() {
   // Keep sorted by name; docs/environment.md mirrors this table.
   static const std::vector<VarInfo> vars = {
+      {"ANYEP_LL_CHECK_INPUTS", "1", "LL: check topk_idx values on the host before each call (skipped while capturing a CUDA graph)"},
       {"ANYEP_LOG_LEVEL", "warn", "log verbosity: error, warn, info, debug"},
       {"ANYEP_TIMEOUT_S", "30", "seconds any wait (device spin, quiet, barrier, bootstrap) may take before it fails"},
   };

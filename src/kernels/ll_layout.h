@@ -37,7 +37,7 @@
 //         and the home rank sums the K slots of a token, weighted, in FP32.
 //
 // Footprint at T=128, H=7168, R=2, E=288: M = 14352, D = 1,058,144,256, C = 58,720,256,
-// total 1,116,866,816 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout (route in the header,
+// total 1,116,869,120 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout (route in the header,
 // one message per destination rank) is the next step (docs/ll.md).
 #pragma once
 
