@@ -59,7 +59,7 @@ void check_topk_values(const at::Tensor& topk_idx, int64_t E, bool check_values)
 class LLBuffer {
  public:
   LLBuffer(int rank, int num_ranks, int64_t num_bytes)
-      : rt_(std::make_shared<LowLatencyBuffer>(rank, num_ranks, num_bytes)),
+      : rt_(std::make_shared<LowLatencyBuffer>(rank, num_ranks, num_bytes, c10::cuda::current_device())),
         check_values_(anyep::env::get_bool("ANYEP_LL_CHECK_INPUTS")) {}
 
   py::bytes local_info() const {

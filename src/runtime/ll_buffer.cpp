@@ -38,13 +38,18 @@ int64_t LowLatencyBuffer::size_hint(int64_t T, int64_t H, int64_t R, int64_t E) 
   return static_cast<int64_t>(g.total_bytes());
 }
 
-LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes)
+LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device)
     : rank_(rank), num_ranks_(num_ranks), num_bytes_(num_bytes) {
   if (num_ranks <= 0 || rank < 0 || rank >= num_ranks)
     throw InvalidArgument("anyep LL: rank " + std::to_string(rank) + " out of range for " +
                           std::to_string(num_ranks) + " ranks");
   if (num_bytes <= 0) throw InvalidArgument("anyep LL: num_rdma_bytes must be positive for low-latency mode");
-  cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+  if (device < 0) {
+    cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+  } else {
+    device_ = device;
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  }
   int sms = 0;
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "SM count");
   num_blocks_ = sms;  // one 1024-thread block per SM: all co-resident (the kernels wait on each other)
@@ -77,6 +82,7 @@ LowLatencyBuffer::~LowLatencyBuffer() {
 void LowLatencyBuffer::destroy() {
   if (destroyed_) return;
   destroyed_ = true;
+  cudaSetDevice(device_);
   cudaDeviceSynchronize();
   for (int r = 0; r < num_ranks_; ++r)
     if (opened_[r]) cudaIpcCloseMemHandle(host_peers_[r]);
@@ -93,6 +99,7 @@ void LowLatencyBuffer::destroy() {
 }
 
 std::vector<uint8_t> LowLatencyBuffer::local_info() const {
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   PeerInfo info{};
   info.magic = kPeerInfoMagic;
   info.rank = rank_;
@@ -110,6 +117,7 @@ void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos) {
   if (static_cast<int>(infos.size()) != num_ranks_)
     throw InvalidArgument("anyep LL connect: got " + std::to_string(infos.size()) + " records for " +
                           std::to_string(num_ranks_) + " ranks");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   char my_host[64] = {};
   gethostname(my_host, sizeof(my_host) - 1);
   for (int r = 0; r < num_ranks_; ++r) {
@@ -204,16 +212,19 @@ ll::Common LowLatencyBuffer::next_combine_common(const LLShape& s, int num_token
 
 void LowLatencyBuffer::launch(ll::DispatchArgs a, int phases, cudaStream_t stream) const {
   a.c.phases = phases;
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(ll::launch_dispatch(a, stream), "LL dispatch launch");
 }
 
 void LowLatencyBuffer::launch(ll::CombineArgs a, int phases, cudaStream_t stream) const {
   a.c.phases = phases;
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(ll::launch_combine(a, stream), "LL combine launch");
 }
 
 void LowLatencyBuffer::clean() {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(cudaDeviceSynchronize(), "synchronize before clean");
   // Signals live at the start of the buffer; their extent depends only on the expert count, so
   // clear the largest one the workspace supports (capped by the buffer size).

@@ -24,9 +24,11 @@ struct LLShape {
 
 class LowLatencyBuffer {
  public:
-  // Allocates `num_bytes` of device memory on the current device (zeroed) for rank `rank` of
-  // `num_ranks`. Throws InvalidArgument / CudaError naming what failed.
-  LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes);
+  // Allocates `num_bytes` of device memory on `device` (-1: the current device), zeroed, for rank
+  // `rank` of `num_ranks`. Every later call selects that device itself, so callers whose CUDA
+  // runtime state differs (e.g. torch's current device) cannot send work to the wrong GPU.
+  // Throws InvalidArgument / CudaError naming what failed.
+  LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device = -1);
   ~LowLatencyBuffer();
   LowLatencyBuffer(const LowLatencyBuffer&) = delete;
   LowLatencyBuffer& operator=(const LowLatencyBuffer&) = delete;
