@@ -1,5 +1,7 @@
 #include "common/env.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,6 +12,11 @@ namespace anyep::env {
 const std::vector<VarInfo>& all_vars() {
   // Keep sorted by name; docs/environment.md mirrors this table.
   static const std::vector<VarInfo> vars = {
+      {"ANYEP_CHAOS_MAX_DELAY", "8", "chaos transport: an op or immediate is held 0..N poll() calls (seeded)"},
+      {"ANYEP_CHAOS_SEED", "", "wrap the transport in the chaos transport (reorders deliveries like EFA SRD) with this seed; empty: off"},
+      {"ANYEP_FI_NICS", "1", "libfabric: NICs (domains) striped per endpoint set; 0: every domain the provider lists"},
+      {"ANYEP_FI_PROVIDER", "", "libfabric provider (efa, verbs;ofi_rxm, cxi, tcp, tcp;ofi_rxm, shm); empty: first of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm"},
+      {"ANYEP_FI_STRIPING", "bytes", "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)"},
       {"ANYEP_LL_CHECK_INPUTS", "1", "LL: check topk_idx values on the host before each call (skipped while capturing a CUDA graph)"},
       {"ANYEP_LOG_LEVEL", "warn", "log verbosity: error, warn, info, debug"},
       {"ANYEP_TIMEOUT_S", "30", "seconds any wait (device spin, quiet, barrier, bootstrap) may take before it fails"},
@@ -37,17 +44,21 @@ int64_t get_int(std::string_view name) {
   std::string v = raw(name);
   char* end = nullptr;
   errno = 0;
-  long long x = std::strtoll(v.c_str(), &end, 0);
-  if (v.empty() || errno || *end)
-    throw InvalidArgument(std::string(name) + "='" + v + "' is not an integer");
+  // Base 10 only: "010" is ten, not octal eight.
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) throw InvalidArgument(std::string(name) + "='" + v + "' is not an integer");
+  if (errno == ERANGE) throw InvalidArgument(std::string(name) + "='" + v + "' is out of range for a 64-bit integer");
   return x;
 }
 
 double get_double(std::string_view name) {
   std::string v = raw(name);
   char* end = nullptr;
+  errno = 0;
   double x = std::strtod(v.c_str(), &end);
   if (v.empty() || *end) throw InvalidArgument(std::string(name) + "='" + v + "' is not a number");
+  if (errno == ERANGE || !std::isfinite(x))
+    throw InvalidArgument(std::string(name) + "='" + v + "' is not a finite number in range");
   return x;
 }
 
