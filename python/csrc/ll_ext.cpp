@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -54,6 +55,24 @@ void check_topk_values(const at::Tensor& topk_idx, int64_t E, bool check_values)
   const auto mx = topk_idx.max().item<int64_t>();
   expect(mn >= -1 && mx < E, "topk_idx holds values in [" + std::to_string(mn) + ", " + std::to_string(mx) +
                                  "], outside [-1, num_experts=" + std::to_string(E) + ")");
+}
+
+// Launches both phases now (returns None), or the send phase now and returns the hook that
+// launches the receive phase on the then-current stream; `keep` holds the tensors the kernels
+// use until that launch.
+template <typename Args>
+py::object launch_phases(const std::shared_ptr<LowLatencyBuffer>& rt, const Args& a, bool staged,
+                         std::vector<at::Tensor> keep) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if (!staged) {
+    rt->launch(a, ll::kPhaseBoth, stream);
+    return py::none();
+  }
+  rt->launch(a, ll::kPhaseSend, stream);
+  return py::cpp_function([rt, a, keep = std::move(keep)]() {
+    c10::cuda::CUDAGuard g(rt->device());
+    rt->launch(a, ll::kPhaseRecv, at::cuda::getCurrentCUDAStream());
+  });
 }
 
 class LLBuffer {
@@ -139,19 +158,7 @@ class LLBuffer {
     a.cumulative_recv_stats = cum_stats ? cum_stats->data_ptr<int32_t>() : nullptr;
     a.wait_recv_cost_stats = wait_stats ? wait_stats->data_ptr<int64_t>() : nullptr;
 
-    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-    py::object hook = py::none();
-    if (staged) {
-      rt_->launch(a, ll::kPhaseSend, stream);
-      auto rt = rt_;
-      // Keep the inputs alive until the receive phase has been launched.
-      hook = py::cpp_function([rt, a, x, topk_idx, info, recv_x, scales, recv_count, layout_range]() {
-        c10::cuda::CUDAGuard g(rt->device());
-        rt->launch(a, ll::kPhaseRecv, at::cuda::getCurrentCUDAStream());
-      });
-    } else {
-      rt_->launch(a, ll::kPhaseBoth, stream);
-    }
+    py::object hook = launch_phases(rt_, a, staged, {x, topk_idx, info, recv_x, scales, recv_count, layout_range});
     return py::make_tuple(recv_x, recv_scales, recv_count, src_info, layout_range, hook);
   }
 
@@ -209,18 +216,7 @@ class LLBuffer {
     a.topk_weights = topk_weights.data_ptr<float>();
     a.out = result.data_ptr();
     a.wait_recv_cost_stats = wait_stats ? wait_stats->data_ptr<int64_t>() : nullptr;
-    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-    py::object hook = py::none();
-    if (staged) {
-      rt_->launch(a, ll::kPhaseSend, stream);
-      auto rt = rt_;
-      hook = py::cpp_function([rt, a, x, topk_idx, topk_weights, src_info, layout_range, result]() {
-        c10::cuda::CUDAGuard g(rt->device());
-        rt->launch(a, ll::kPhaseRecv, at::cuda::getCurrentCUDAStream());
-      });
-    } else {
-      rt_->launch(a, ll::kPhaseBoth, stream);
-    }
+    py::object hook = launch_phases(rt_, a, staged, {x, topk_idx, topk_weights, src_info, layout_range, result});
     return py::make_tuple(result, hook);
   }
 

@@ -194,11 +194,15 @@ def c_hook(c):
     c.roundtrip(5, T_SMALL, H_SMALL, K_SMALL, e_small(c.world), hook=True)
 
 
+def small_shape(c):
+    """(E, T, H, K, L, per-expert scale) of the small checks."""
+    E = e_small(c.world)
+    return E, T_SMALL, H_SMALL, K_SMALL, E // c.world, expert_scale(E)
+
+
 def c_hook_two_microbatches(c):
     """Two staged dispatches in flight (double buffering), received and combined afterwards."""
-    E, T, H, K = e_small(c.world), T_SMALL, H_SMALL, K_SMALL
-    L = E // c.world
-    scale = expert_scale(E)
+    E, T, H, K, L, scale = small_shape(c)
     mbs = []
     for seed in (61, 62):
         inputs = c.all_inputs(seed, lambda s: T - s, H, K, E)
@@ -225,9 +229,7 @@ def c_async(c):
 
 
 def c_cuda_graph(c):
-    E, T, H, K = e_small(c.world), T_SMALL, H_SMALL, K_SMALL
-    L = E // c.world
-    scale = expert_scale(E)
+    E, T, H, K, L, scale = small_shape(c)
     x_s = torch.zeros(T, H, dtype=torch.bfloat16, device="cuda")
     idx_s = torch.full((T, K), -1, dtype=torch.int64, device="cuda")
     w_s = torch.zeros(T, K, dtype=torch.float32, device="cuda")
