@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -121,10 +122,10 @@ class CudaIpcTransport final : public Transport {
     caps_.gpu_memory = true;
     caps_.max_write_bytes = 1ull << 40;
     caps_.num_nics = 1;
+    inbox_ = ImmInbox::create(unique_inbox_name(o.rank), o.num_ranks, o.imm_slots);  // checks imm_slots
     CIPC_CUDA_THROW(cudaSetDevice(o.device), where());
     streams_.resize(o.num_streams);
     for (auto& s : streams_) CIPC_CUDA_THROW(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), where());
-    inbox_ = ImmInbox::create(unique_inbox_name(o.rank), o.num_ranks, o.imm_slots);
     remote_.resize(o.num_ranks);
     pending_imms_.resize(o.num_ranks);
   }
@@ -338,8 +339,7 @@ class CudaIpcTransport final : public Transport {
       const WriteDesc& d = w[*posted];
       if ((rc = check_write(d))) break;
       if (outstanding_ >= opt_.max_outstanding) {
-        rc = fail(-EAGAIN, "post_write: " + std::to_string(outstanding_) + " operations outstanding (max_outstanding " +
-                               std::to_string(opt_.max_outstanding) + "); poll() and retry");
+        rc = fail(-EAGAIN, kFullMsg);
         break;
       }
       Op op{d.context, d.dst_rank, d.imm, d.has_imm};
@@ -366,9 +366,7 @@ class CudaIpcTransport final : public Transport {
 
   int post_imm(uint32_t dst_rank, uint32_t imm, uint64_t context) override {
     if (int rc = check_peer(dst_rank)) return rc;
-    if (outstanding_ >= opt_.max_outstanding)
-      return fail(-EAGAIN, "post_imm: " + std::to_string(outstanding_) + " operations outstanding (max_outstanding " +
-                               std::to_string(opt_.max_outstanding) + "); poll() and retry");
+    if (outstanding_ >= opt_.max_outstanding) return fail(-EAGAIN, kFullMsg);
     ++outstanding_;
     finish_copy(Op{context, dst_rank, imm, true});
     return 0;
@@ -393,11 +391,13 @@ class CudaIpcTransport final : public Transport {
   std::string last_error() const override { return last_error_; }
 
  private:
+  // Backpressure is routine: its message is a constant, so -EAGAIN costs no allocation.
+  static constexpr const char* kFullMsg = "max_outstanding operations in flight; poll() and retry";
   std::string where() const {
     return "cuda-ipc transport (rank " + std::to_string(opt_.rank) + ", device " + std::to_string(opt_.device) + ")";
   }
-  int fail(int rc, const std::string& msg) {
-    last_error_ = where() + ": " + msg;
+  int fail(int rc, std::string_view msg) {
+    last_error_.assign(where_).append(": ").append(msg);
     return rc;
   }
   int ensure_device() {
@@ -517,6 +517,7 @@ class CudaIpcTransport final : public Transport {
   }
 
   Options opt_;
+  std::string where_ = where();
   Capabilities caps_;
   std::string last_error_;
   bool connected_ = false;
