@@ -10,6 +10,10 @@ JOBS=${JOBS:-$(nproc)}
 if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then export PATH=/usr/local/cuda/bin:$PATH; fi
 # Tests talk to loopback addresses only.
 export FI_TCP_IFACE=lo
-cmake -S . -B "$BUILD_DIR" -G Ninja ${ANYEP_CMAKE_ARGS:-} >/dev/null
+mkdir -p "$BUILD_DIR"
+if ! cmake -S . -B "$BUILD_DIR" -G Ninja ${ANYEP_CMAKE_ARGS:-} > "$BUILD_DIR/configure.log" 2>&1; then
+  cat "$BUILD_DIR/configure.log"; exit 1
+fi
+grep -E "^-- anyep" "$BUILD_DIR/configure.log" || true
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" ${CTEST_ARGS:-}

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "transport/region_table.h"
 
 namespace anyep::transport::loopback {
 
@@ -13,14 +14,12 @@ struct Region {
   uint8_t* base = nullptr;
   uint64_t length = 0;
 };
+static_assert(sizeof(Region) == 16, "Region is the loopback descriptor format");
 struct Inbox {
   std::mutex mu;
   std::deque<ImmEvent> imms;
 };
 
-bool in_bounds(const Region& r, uint64_t off, uint64_t len) {
-  return r.base && off <= r.length && len <= r.length - off;
-}
 }  // namespace
 
 class Fabric {
@@ -43,7 +42,7 @@ class LoopbackTransport final : public Transport {
     caps_.native_atomics = false;
     caps_.gpu_memory = false;
     caps_.max_write_bytes = 1ull << 40;
-    remote_.resize(fabric_->inboxes.size());
+    regions_ = RegionTable(num_ranks());
   }
 
   const Capabilities& capabilities() const override { return caps_; }
@@ -53,14 +52,15 @@ class LoopbackTransport final : public Transport {
   MrId register_memory(void* base, size_t length, MemKind kind) override {
     if (kind != MemKind::kHost) throw Unsupported("loopback transport: only host memory can be registered");
     if (!base && length) throw InvalidArgument("loopback transport: register_memory(nullptr, " + std::to_string(length) + ")");
-    local_.push_back({static_cast<uint8_t*>(base), length});
-    return static_cast<MrId>(local_.size() - 1);
+    return regions_.add_local(reinterpret_cast<uint64_t>(base), length);
   }
 
   std::vector<uint8_t> export_mr(MrId id) const override {
-    if (id >= local_.size()) throw InvalidArgument("loopback transport: export_mr of unknown region " + std::to_string(id));
+    const RegionBounds* b = regions_.local(id);
+    if (!b) throw InvalidArgument("loopback transport: export_mr of unknown region " + std::to_string(id));
+    Region r{reinterpret_cast<uint8_t*>(b->base), b->length};
     std::vector<uint8_t> d(sizeof(Region));
-    std::memcpy(d.data(), &local_[id], sizeof(Region));
+    std::memcpy(d.data(), &r, sizeof(Region));
     return d;
   }
 
@@ -80,22 +80,17 @@ class LoopbackTransport final : public Transport {
   void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
     if (peer >= num_ranks()) throw InvalidArgument("loopback transport: import_mr from unknown peer " + std::to_string(peer));
     if (desc.size() != sizeof(Region)) throw InvalidArgument("loopback transport: malformed region descriptor");
-    auto& v = remote_[peer];
-    if (v.size() <= remote_id) v.resize(remote_id + 1);
-    std::memcpy(&v[remote_id], desc.data(), sizeof(Region));
+    Region r;
+    std::memcpy(&r, desc.data(), sizeof(Region));
+    regions_.set_remote(peer, remote_id, reinterpret_cast<uint64_t>(r.base), r.length);
   }
 
   int post_write(const WriteDesc& w) override {
-    if (int rc = check_peer(w.dst_rank)) return rc;
-    if (w.local_mr >= local_.size() || !in_bounds(local_[w.local_mr], w.local_offset, w.length))
-      return fail(-EINVAL, "post_write: source [" + std::to_string(w.local_offset) + ", +" + std::to_string(w.length) +
-                               ") is not inside local region " + std::to_string(w.local_mr));
-    const auto& rv = remote_[w.dst_rank];
-    if (w.remote_mr >= rv.size() || !in_bounds(rv[w.remote_mr], w.remote_offset, w.length))
-      return fail(-EINVAL, "post_write: destination [" + std::to_string(w.remote_offset) + ", +" +
-                               std::to_string(w.length) + ") is not inside region " + std::to_string(w.remote_mr) +
-                               " of rank " + std::to_string(w.dst_rank));
-    if (w.length) std::memmove(rv[w.remote_mr].base + w.remote_offset, local_[w.local_mr].base + w.local_offset, w.length);
+    if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
+    if (auto e = regions_.check_write(w, caps_); !e.empty()) return fail(-EINVAL, "post_write: " + e);
+    if (w.length)
+      std::memmove(reinterpret_cast<uint8_t*>(regions_.remote(w.dst_rank, w.remote_mr)->base) + w.remote_offset,
+                   reinterpret_cast<const uint8_t*>(regions_.local(w.local_mr)->base) + w.local_offset, w.length);
     if (w.has_imm) deliver(w.dst_rank, w.imm);
     comps_.push_back({w.context, 0});
     return 0;
@@ -130,8 +125,7 @@ class LoopbackTransport final : public Transport {
  private:
   int check_peer(uint32_t peer) {
     if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
-    if (peer >= num_ranks())
-      return fail(-EINVAL, "unknown peer rank " + std::to_string(peer) + " (num_ranks " + std::to_string(num_ranks()) + ")");
+    if (auto e = regions_.check_peer(peer); !e.empty()) return fail(-EINVAL, e);
     return 0;
   }
   int fail(int rc, std::string msg) {
@@ -148,8 +142,7 @@ class LoopbackTransport final : public Transport {
   uint32_t rank_;
   Capabilities caps_;
   bool connected_ = false;
-  std::vector<Region> local_;
-  std::vector<std::vector<Region>> remote_;
+  RegionTable regions_;
   std::deque<Completion> comps_;
   std::string last_error_;
 };

@@ -1,0 +1,566 @@
+#include "transport/libfabric/libfabric_transport.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "transport/libfabric/libfabric_nic.h"
+#include "transport/region_table.h"
+
+#ifdef ANYEP_FI_HAVE_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
+namespace anyep::transport::libfabric {
+
+namespace {
+
+// Region descriptor (export_mr): fixed header, then one 64-bit key per NIC.
+struct MrDescHeader {
+  uint64_t magic;     // 64 bits: kMrMagic
+  uint64_t length;    // 64 bits: registered bytes
+  uint64_t base;      // 64 bits: owner's virtual address (used when FI_MR_VIRT_ADDR)
+  uint32_t num_nics;  // 32 bits: keys that follow
+  uint32_t pad;       // 32 bits: zero
+};
+static_assert(sizeof(MrDescHeader) == 32, "region descriptor header is a wire format");
+constexpr uint64_t kMrMagic = 0x726d7066706561ull;  // "aepfpmr"
+
+// Address blob (local_address): u32 num_nics, then per NIC an AddrEntry and addr_len bytes.
+struct AddrEntry {
+  uint32_t addr_len;  // 32 bits: bytes of the fi_getname address that follow
+  uint32_t pad;       // 32 bits: zero
+  uint64_t imm_key;   // 64 bits: key of the peer's immediate-only target
+  uint64_t imm_base;  // 64 bits: its address (used when FI_MR_VIRT_ADDR)
+};
+static_assert(sizeof(AddrEntry) == 24, "address entry is a wire format");
+
+struct RemoteMr {
+  uint64_t base = 0;  // added to the offset when the provider wants virtual addresses
+  std::vector<uint64_t> keys;  // per NIC
+};
+struct LocalMr {
+  std::vector<fid_mr*> mrs;  // per NIC
+  std::vector<void*> descs;  // fi_mr_desc per NIC
+  uint8_t* base = nullptr;
+};
+
+// Per-op context handed to libfabric; fi_context2 first, as FI_CONTEXT2 requires.
+struct Op {
+  fi_context2 fctx;
+  uint64_t user_ctx;
+  uint64_t bytes;
+  uint32_t nic;
+  uint32_t next_free;
+};
+
+class LibfabricTransport final : public Transport {
+ public:
+  LibfabricTransport(uint32_t rank, uint32_t num_ranks, const LibfabricConfig& cfg)
+      : rank_(rank), n_(num_ranks), regions_(num_ranks) {
+    if (num_ranks == 0 || rank >= num_ranks)
+      throw InvalidArgument("libfabric transport: rank " + std::to_string(rank) + " not in [0, " +
+                            std::to_string(num_ranks) + ")");
+    if (cfg.max_imm_bytes > 4) throw InvalidArgument("libfabric transport: max_imm_bytes must be <= 4");
+    std::string prov = choose_provider(cfg.provider);
+    std::string why;
+    if (!query_provider(prov, cfg.want_hmem, infos_, &why)) throw Unsupported(why);
+    int64_t want = cfg.num_nics >= 0 ? cfg.num_nics : env::get_int("ANYEP_FI_NICS");
+    if (want < 0 || want > 64) throw InvalidArgument("libfabric transport: NIC count " + std::to_string(want) + " not in [0, 64]");
+    striping_ = cfg.striping >= 0 ? static_cast<Striping>(cfg.striping) : striping_from_env();
+    for (const fi_info* i : pick_domains(infos_.head, static_cast<uint32_t>(want))) nics_.push_back(open_nic(i, n_));
+    distinct_domains_ = static_cast<uint32_t>(pick_domains(infos_.head, 0).size());
+    fill_capabilities(cfg);
+    // One op pool over all NICs, sized by their transmit queues.
+    size_t total = 0;
+    for (auto& nic : nics_) total += nic->tx_depth;
+    ops_.resize(total);
+    for (size_t i = 0; i < total; ++i) ops_[i].next_free = static_cast<uint32_t>(i + 1);
+    free_head_ = 0;
+  }
+
+  ~LibfabricTransport() override {
+    // Endpoints go first: nothing in flight may touch a registration after it is closed.
+    for (auto& nic : nics_) {
+      if (nic->ep) fi_close(&nic->ep->fid);
+      nic->ep = nullptr;
+    }
+    for (auto& m : local_)
+      for (fid_mr* mr : m.mrs) fi_close(&mr->fid);
+  }
+
+  const Capabilities& capabilities() const override { return caps_; }
+  uint32_t rank() const override { return rank_; }
+  uint32_t num_ranks() const override { return n_; }
+
+  MrId register_memory(void* base, size_t length, MemKind kind) override {
+    if (!base || !length)
+      throw InvalidArgument("libfabric transport: register_memory needs a non-null base and a length > 0");
+    int dev = 0;
+    if (kind == MemKind::kCuda) {
+      if (!caps_.gpu_memory)
+        throw Unsupported("libfabric provider '" + caps_.provider +
+                          "' does not offer FI_HMEM here: register host-staged (pinned) buffers instead");
+      dev = cuda_device_of(base);
+    }
+    LocalMr m;
+    m.base = static_cast<uint8_t*>(base);
+    for (auto& nic : nics_) {
+      uint64_t key = 0;
+      try {
+        m.mrs.push_back(register_on(*nic, base, length, kind, dev, &key));
+      } catch (...) {
+        for (fid_mr* mr : m.mrs) fi_close(&mr->fid);
+        throw;
+      }
+      m.descs.push_back(fi_mr_desc(m.mrs.back()));
+    }
+    local_.push_back(std::move(m));
+    return regions_.add_local(reinterpret_cast<uint64_t>(base), length);
+  }
+
+  std::vector<uint8_t> export_mr(MrId id) const override {
+    const RegionBounds* b = regions_.local(id);
+    if (!b) throw InvalidArgument("libfabric transport: export_mr of unknown region " + std::to_string(id));
+    MrDescHeader h{kMrMagic, b->length, b->base, static_cast<uint32_t>(nics_.size()), 0};
+    std::vector<uint8_t> d(sizeof h + 8 * nics_.size());
+    std::memcpy(d.data(), &h, sizeof h);
+    for (size_t k = 0; k < nics_.size(); ++k) {
+      uint64_t key = fi_mr_key(local_[id].mrs[k]);
+      std::memcpy(d.data() + sizeof h + 8 * k, &key, 8);
+    }
+    return d;
+  }
+
+  std::vector<uint8_t> local_address() const override {
+    std::vector<uint8_t> a(4);
+    uint32_t nn = static_cast<uint32_t>(nics_.size());
+    std::memcpy(a.data(), &nn, 4);
+    for (auto& nic : nics_) {
+      AddrEntry e{static_cast<uint32_t>(nic->addr.size()), 0, nic->imm_key, reinterpret_cast<uint64_t>(&nic->imm_word)};
+      size_t at = a.size();
+      a.resize(at + sizeof e + nic->addr.size());
+      std::memcpy(a.data() + at, &e, sizeof e);
+      std::memcpy(a.data() + at + sizeof e, nic->addr.data(), nic->addr.size());
+    }
+    return a;
+  }
+
+  void connect(const std::vector<std::vector<uint8_t>>& addresses) override {
+    if (connected_) throw InvalidArgument("libfabric transport: connect called twice");
+    if (addresses.size() != n_)
+      throw InvalidArgument("libfabric transport: connect got " + std::to_string(addresses.size()) + " addresses for " +
+                            std::to_string(n_) + " ranks");
+    const size_t nn = nics_.size();
+    std::vector<std::vector<std::vector<uint8_t>>> per_nic(nn, std::vector<std::vector<uint8_t>>(n_));
+    imm_targets_.assign(n_, std::vector<std::pair<uint64_t, uint64_t>>(nn));
+    for (uint32_t r = 0; r < n_; ++r) {
+      const auto& blob = addresses[r];
+      auto bad = [&](const std::string& why) {
+        return InvalidArgument("libfabric transport: address of rank " + std::to_string(r) + " is malformed: " + why);
+      };
+      uint32_t peer_nics = 0;
+      if (blob.size() < 4) throw bad("too short");
+      std::memcpy(&peer_nics, blob.data(), 4);
+      if (peer_nics != nn)
+        throw InvalidArgument("libfabric transport: rank " + std::to_string(r) + " has " + std::to_string(peer_nics) +
+                              " NICs, rank " + std::to_string(rank_) + " has " + std::to_string(nn) +
+                              " (every rank must use the same ANYEP_FI_NICS)");
+      size_t at = 4;
+      for (size_t k = 0; k < nn; ++k) {
+        AddrEntry e;
+        if (at + sizeof e > blob.size()) throw bad("truncated");
+        std::memcpy(&e, blob.data() + at, sizeof e);
+        at += sizeof e;
+        if (at + e.addr_len > blob.size()) throw bad("truncated address");
+        per_nic[k][r].assign(blob.begin() + at, blob.begin() + at + e.addr_len);
+        at += e.addr_len;
+        imm_targets_[r][k] = {e.imm_key, virt_addr(k) ? e.imm_base : 0};
+      }
+    }
+    for (size_t k = 0; k < nn; ++k) {
+      Nic& nic = *nics_[k];
+      std::vector<uint8_t> flat;
+      for (uint32_t r = 0; r < n_; ++r) {
+        if (per_nic[k][r].size() != nic.addr.size())
+          throw InvalidArgument("libfabric transport: rank " + std::to_string(r) + "'s address on NIC " +
+                                std::to_string(k) + " has " + std::to_string(per_nic[k][r].size()) + " bytes, expected " +
+                                std::to_string(nic.addr.size()) + " (different providers?)");
+        flat.insert(flat.end(), per_nic[k][r].begin(), per_nic[k][r].end());
+      }
+      nic.peers.assign(n_, FI_ADDR_NOTAVAIL);
+      int got = fi_av_insert(nic.av, flat.data(), n_, nic.peers.data(), 0, nullptr);
+      if (got != static_cast<int>(n_))
+        throw TransportError("libfabric transport: fi_av_insert on NIC " + std::to_string(k) + " inserted " +
+                             std::to_string(got) + " of " + std::to_string(n_) + " addresses");
+      for (uint32_t r = 0; r < n_; ++r) nic.src[nic.peers[r]] = r;
+    }
+    remote_.assign(n_, {});
+    connected_ = true;
+  }
+
+  void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
+    if (peer >= n_) throw InvalidArgument("libfabric transport: import_mr from unknown peer " + std::to_string(peer));
+    if (!connected_) throw InvalidArgument("libfabric transport: import_mr before connect");
+    MrDescHeader h;
+    if (desc.size() < sizeof h) throw InvalidArgument("libfabric transport: region descriptor from rank " + std::to_string(peer) + " is too short");
+    std::memcpy(&h, desc.data(), sizeof h);
+    if (h.magic != kMrMagic || h.num_nics != nics_.size() || desc.size() != sizeof h + 8ull * h.num_nics)
+      throw InvalidArgument("libfabric transport: region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
+                            " has a malformed descriptor (not from a libfabric transport with " +
+                            std::to_string(nics_.size()) + " NICs)");
+    RemoteMr m;
+    m.base = virt_addr(0) ? h.base : 0;
+    m.keys.resize(h.num_nics);
+    std::memcpy(m.keys.data(), desc.data() + sizeof h, 8ull * h.num_nics);
+    auto& v = remote_[peer];
+    if (v.size() <= remote_id) v.resize(remote_id + 1);
+    v[remote_id] = std::move(m);
+    regions_.set_remote(peer, remote_id, h.base, h.length);
+  }
+
+  // ---- hot path ----
+  int post_write(const WriteDesc& w) override {
+    if (!connected_) return fail(-EINVAL, "post_write: not connected: call connect() first");
+    if (auto e = regions_.check_write(w, caps_); !e.empty()) return fail(-EINVAL, "post_write: " + e);
+    uint32_t k = pick_nic(w.dst_rank, w.length);
+    Nic& nic = *nics_[k];
+    Op* op = alloc_op(nic);
+    if (!op) return -EAGAIN;
+    op->user_ctx = w.context;
+    op->bytes = w.length;
+    op->nic = k;
+    const LocalMr& l = local_[w.local_mr];
+    const RemoteMr& r = remote_[w.dst_rank][w.remote_mr];
+    const uint8_t* buf = l.base + w.local_offset;
+    uint64_t raddr = r.base + w.remote_offset;
+    ssize_t rc = w.has_imm ? fi_writedata(nic.ep, buf, w.length, l.descs[k], cq_data(w.imm), nic.peers[w.dst_rank], raddr, r.keys[k], op)
+                           : fi_write(nic.ep, buf, w.length, l.descs[k], nic.peers[w.dst_rank], raddr, r.keys[k], op);
+    return finish_post(nic, op, rc, "fi_write", w.dst_rank);
+  }
+
+  int post_imm(uint32_t dst_rank, uint32_t imm, uint64_t context) override {
+    if (!connected_) return fail(-EINVAL, "post_imm: not connected: call connect() first");
+    if (auto e = regions_.check_peer(dst_rank); !e.empty()) return fail(-EINVAL, "post_imm: " + e);
+    if (auto e = regions_.check_imm(imm, caps_); !e.empty()) return fail(-EINVAL, "post_imm: " + e);
+    uint32_t k = pick_nic(dst_rank, 0);
+    Nic& nic = *nics_[k];
+    Op* op = alloc_op(nic);
+    if (!op) return -EAGAIN;
+    op->user_ctx = context;
+    op->bytes = 0;
+    op->nic = k;
+    auto [key, addr] = imm_targets_[dst_rank][k];
+    ssize_t rc = fi_writedata(nic.ep, nullptr, 0, nullptr, cq_data(imm), nic.peers[dst_rank], addr, key, op);
+    return finish_post(nic, op, rc, "fi_writedata (immediate only)", dst_rank);
+  }
+
+  int poll(Completion* comps, size_t max_comps, size_t* n_comps, ImmEvent* imms, size_t max_imms,
+           size_t* n_imms) override {
+    *n_comps = *n_imms = 0;
+    fi_cq_data_entry e[64];
+    fi_addr_t from[64];
+    for (uint32_t k = 0; k < nics_.size(); ++k) {
+      Nic& nic = *nics_[k];
+      // Local completions. Reading the CQ also drives the provider's progress (FI_PROGRESS_MANUAL).
+      while (*n_comps < max_comps) {
+        ssize_t got = fi_cq_read(nic.txcq, e, std::min<size_t>(64, max_comps - *n_comps));
+        if (got == -FI_EAGAIN) break;
+        if (got == -FI_EAVAIL) {
+          comps[(*n_comps)++] = tx_error(nic);
+          continue;
+        }
+        if (got < 0) return fail(-EIO, "fi_cq_read (transmit, NIC " + std::to_string(k) + "): " + fi_err(got));
+        for (ssize_t i = 0; i < got; ++i) {
+          Op* op = static_cast<Op*>(e[i].op_context);
+          comps[(*n_comps)++] = {op->user_ctx, 0};
+          free_op(nic, op);
+        }
+        if (got < 64) break;
+      }
+      // Remote immediates; FI_SOURCE gives the AV index of the writer.
+      while (*n_imms < max_imms) {
+        ssize_t got = source_ == SourceId::kFiSource
+                          ? fi_cq_readfrom(nic.rxcq, e, std::min<size_t>(64, max_imms - *n_imms), from)
+                          : fi_cq_read(nic.rxcq, e, std::min<size_t>(64, max_imms - *n_imms));
+        if (got == -FI_EAGAIN) break;
+        if (got == -FI_EAVAIL) return rx_error(nic, k);
+        if (got < 0) return fail(-EIO, "fi_cq_readfrom (receive, NIC " + std::to_string(k) + "): " + fi_err(got));
+        for (ssize_t i = 0; i < got; ++i) {
+          if (!(e[i].flags & FI_REMOTE_CQ_DATA)) continue;  // not ours to report (no data)
+          uint32_t src = 0;
+          if (source_ == SourceId::kFiSource) {
+            auto it = nic.src.find(from[i]);
+            if (it == nic.src.end())
+              return fail(-EPROTO, "immediate " + std::to_string(e[i].data) + " on NIC " + std::to_string(k) +
+                                       " from an address not in the address vector (fi_addr " + std::to_string(from[i]) + ")");
+            src = it->second;
+          } else {
+            src = static_cast<uint32_t>(e[i].data >> imm_shift_);
+            if (src >= n_)
+              return fail(-EPROTO, "CQ data " + std::to_string(e[i].data) + " on NIC " + std::to_string(k) +
+                                       " names source rank " + std::to_string(src) + " of " + std::to_string(n_));
+          }
+          imms[(*n_imms)++] = {src, static_cast<uint32_t>(e[i].data & imm_mask_)};
+        }
+        if (got < 64) break;
+      }
+      if (max_comps == 0 && max_imms == 0) fi_cq_read(nic.txcq, nullptr, 0);  // progress only
+    }
+    return 0;
+  }
+
+  std::string last_error() const override { return last_error_; }
+
+  // ---- for describe() / raw_write_handles() ----
+  std::string describe() const {
+    const fi_info* i = nics_[0]->info;
+    std::string s = "libfabric provider=" + caps_.provider + " fabric=" + i->fabric_attr->name + " domains=";
+    for (size_t k = 0; k < nics_.size(); ++k) s += (k ? "," : "") + std::string(nics_[k]->info->domain_attr->name);
+    s += " (" + std::to_string(distinct_domains_) + " distinct) mr_mode=" + mr_mode_names(i->domain_attr->mr_mode) +
+         " tx_order=" + order_names(i->tx_attr->msg_order) + " rx_order=" + order_names(i->rx_attr->msg_order) +
+         " cq_data_size=" + std::to_string(i->domain_attr->cq_data_size) + " inject=" + std::to_string(i->tx_attr->inject_size) +
+         " tx_depth=" + std::to_string(i->tx_attr->size) + " provider_atomics=" + (provider_atomics_ ? "yes" : "no") +
+         " hmem=" + (infos_.hmem ? "yes" : "no") + " striping=" + striping_name() +
+         " source_id=" + (source_ == SourceId::kFiSource ? "FI_SOURCE" : "cq_data(bit " + std::to_string(imm_shift_) + ")");
+    return s;
+  }
+  RawWrite raw(uint32_t k, MrId local, uint32_t peer, MrId remote) const {
+    if (!connected_ || k >= nics_.size() || !regions_.local(local) || !regions_.remote(peer, remote))
+      throw InvalidArgument("raw_write_handles: not connected, or unknown NIC/region/peer");
+    const Nic& nic = *nics_[k];
+    const RemoteMr& r = remote_[peer][remote];
+    return {nic.ep, nic.txcq, nic.rxcq, local_[local].descs[k], local_[local].base, nic.peers[peer], r.base, r.keys[k]};
+  }
+
+ private:
+  bool virt_addr(size_t k) const { return nics_[k]->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR; }
+
+  static Striping striping_from_env() {
+    std::string s = env::get_string("ANYEP_FI_STRIPING");
+    if (s == "bytes") return Striping::kBytes;
+    if (s == "dest") return Striping::kDest;
+    if (s == "rr") return Striping::kRoundRobin;
+    throw InvalidArgument("ANYEP_FI_STRIPING='" + s + "' is not one of bytes, dest, rr");
+  }
+  const char* striping_name() const {
+    return striping_ == Striping::kBytes ? "bytes" : striping_ == Striping::kDest ? "dest" : "rr";
+  }
+
+  void fill_capabilities(const LibfabricConfig& cfg) {
+    const fi_info* i = nics_[0]->info;
+    caps_.backend = "libfabric";
+    caps_.provider = i->fabric_attr->prov_name;
+    caps_.num_nics = static_cast<uint32_t>(nics_.size());
+    uint64_t max_msg = UINT64_MAX;
+    size_t cq_data = 8;
+    uint64_t order = ~0ull;
+    for (auto& nic : nics_) {
+      max_msg = std::min<uint64_t>(max_msg, nic->info->ep_attr->max_msg_size);
+      cq_data = std::min(cq_data, nic->info->domain_attr->cq_data_size);
+      order &= nic->info->tx_attr->msg_order & nic->info->rx_attr->msg_order;
+    }
+    caps_.max_write_bytes = max_msg;
+    choose_source_id(cfg, cq_data);
+    caps_.imm_bytes = static_cast<uint32_t>(std::min<size_t>({imm_room_, cfg.max_imm_bytes}));
+    // Writes to one peer land in posting order only if the provider orders write-after-write on
+    // both sides AND all writes to that peer use one NIC (striping across NICs reorders).
+    caps_.ordered_writes = (order & FI_ORDER_WAW) && nics_.size() == 1;
+    caps_.gpu_memory = infos_.hmem && (i->caps & FI_HMEM) && cuda_registration_works();
+    // The interface has no remote-atomic operation: the proxy always emulates atomics with
+    // immediates. Whether the provider could do them natively is logged by describe().
+    caps_.native_atomics = false;
+    InfoList probe;
+    fi_info* h = fi_dupinfo(i);
+    h->caps |= FI_ATOMIC;
+    fi_info* res = nullptr;
+    provider_atomics_ = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &res) == 0 && res;
+    if (res) fi_freeinfo(res);
+    fi_freeinfo(h);
+  }
+
+  // How the receiver learns the writer's rank. FI_SOURCE (the AV index of the writer) where the
+  // provider reports it for remote-write completions. Providers layered by ofi_rxm (tcp;ofi_rxm,
+  // verbs;ofi_rxm in libfabric 1.17) do not (src_addr comes back 0 for every writer, seen
+  // 2026-11-22), so there the rank travels in CQ data bits the 32-bit immediate does not use:
+  // bits 32..63 when cq_data_size is 8; when it is 4, the top bytes, and imm_bytes shrinks so the
+  // proxy knows (never silently).
+  void choose_source_id(const LibfabricConfig& cfg, size_t cq_data) {
+    bool rxm = caps_.provider.find("ofi_rxm") != std::string::npos;
+    int want = cfg.source_id >= 0 ? cfg.source_id : (rxm ? 1 : 0);
+    if (want == 0) {
+      source_ = SourceId::kFiSource;
+      imm_room_ = std::min<size_t>(4, cq_data);
+      imm_shift_ = 32;
+    } else if (cq_data >= 8) {
+      source_ = SourceId::kCqData;
+      imm_room_ = 4;
+      imm_shift_ = 32;
+    } else {
+      size_t rank_bytes = n_ <= 256 ? 1 : n_ <= 65536 ? 2 : 3;
+      if (cq_data <= rank_bytes)
+        throw Unsupported("libfabric provider '" + caps_.provider + "' reports no writer address and its " +
+                          std::to_string(cq_data) + "-byte CQ data cannot carry the rank of " + std::to_string(n_));
+      source_ = SourceId::kCqData;
+      imm_room_ = cq_data - rank_bytes;
+      imm_shift_ = static_cast<uint32_t>(8 * imm_room_);
+    }
+    imm_mask_ = imm_shift_ >= 32 ? 0xffffffffull : (1ull << imm_shift_) - 1;
+  }
+  uint64_t cq_data(uint32_t imm) const {
+    return source_ == SourceId::kFiSource ? imm : (uint64_t{rank_} << imm_shift_) | imm;
+  }
+
+  // A provider may advertise FI_HMEM and still fail every CUDA registration (a libfabric built
+  // without CUDA returns -FI_ENOSYS), so gpu_memory is decided by registering a real cudaMalloc'd
+  // page on every NIC. No GPU or no CUDA build: false.
+  bool cuda_registration_works() {
+#ifdef ANYEP_FI_HAVE_CUDART
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    void* p = nullptr;
+    if (cudaMalloc(&p, 4096) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    bool ok = true;
+    int dev = 0;
+    (void)cudaGetDevice(&dev);
+    for (auto& nic : nics_) {
+      uint64_t key = 0;
+      try {
+        fi_close(&register_on(*nic, p, 4096, MemKind::kCuda, dev, &key)->fid);
+      } catch (const Error&) {
+        ok = false;
+      }
+    }
+    (void)cudaFree(p);
+    return ok;
+#else
+    return false;
+#endif
+  }
+
+  int cuda_device_of(void* p) const {
+#ifdef ANYEP_FI_HAVE_CUDART
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.type != cudaMemoryTypeDevice)
+      throw InvalidArgument("libfabric transport: register_memory(kCuda) on a pointer that is not CUDA device memory");
+    return a.device;
+#else
+    throw Unsupported("libfabric transport: built without CUDA, cannot register CUDA memory");
+#endif
+  }
+
+  uint32_t pick_nic(uint32_t dst, uint64_t bytes) {
+    const uint32_t nn = static_cast<uint32_t>(nics_.size());
+    if (nn == 1) return 0;
+    switch (striping_) {
+      case Striping::kDest: return dst % nn;
+      case Striping::kRoundRobin: return rr_++ % nn;
+      case Striping::kBytes: break;
+    }
+    uint32_t best = 0;
+    for (uint32_t k = 1; k < nn; ++k)
+      if (nics_[k]->bytes_in_flight < nics_[best]->bytes_in_flight) best = k;
+    return best;
+  }
+
+  Op* alloc_op(Nic& nic) {
+    // A full transmit queue (or pool) is backpressure: the caller polls and retries.
+    if (nic.ops_in_flight >= nic.tx_depth || free_head_ >= ops_.size()) return nullptr;
+    Op* op = &ops_[free_head_];
+    free_head_ = op->next_free;
+    return op;
+  }
+  void free_op(Nic& nic, Op* op) {
+    nic.ops_in_flight--;
+    nic.bytes_in_flight -= op->bytes;
+    op->next_free = free_head_;
+    free_head_ = static_cast<uint32_t>(op - ops_.data());
+  }
+  int finish_post(Nic& nic, Op* op, ssize_t rc, const char* what, uint32_t dst) {
+    if (rc == 0) {
+      nic.ops_in_flight++;
+      nic.bytes_in_flight += op->bytes;
+      return 0;
+    }
+    op->next_free = free_head_;
+    free_head_ = static_cast<uint32_t>(op - ops_.data());
+    if (rc == -FI_EAGAIN) return -EAGAIN;
+    return fail(-EIO, std::string(what) + " to rank " + std::to_string(dst) + " failed: " + fi_err(rc));
+  }
+
+  Completion tx_error(Nic& nic) {
+    fi_cq_err_entry err{};
+    fi_cq_readerr(nic.txcq, &err, 0);
+    char buf[256] = {0};
+    fi_cq_strerror(nic.txcq, err.prov_errno, err.err_data, buf, sizeof buf);
+    Op* op = static_cast<Op*>(err.op_context);
+    Completion c{op ? op->user_ctx : 0, err.err ? -err.err : -EIO};
+    fail(c.status, "write (context " + std::to_string(c.context) + ") failed: " + fi_strerror(err.err) + " / " + buf);
+    if (op) free_op(nic, op);
+    return c;
+  }
+  int rx_error(Nic& nic, uint32_t k) {
+    fi_cq_err_entry err{};
+    fi_cq_readerr(nic.rxcq, &err, 0);
+    char buf[256] = {0};
+    fi_cq_strerror(nic.rxcq, err.prov_errno, err.err_data, buf, sizeof buf);
+    return fail(-EIO, "receive error on NIC " + std::to_string(k) + ": " + fi_strerror(err.err) + " / " + buf);
+  }
+  int fail(int rc, std::string msg) {
+    last_error_ = "libfabric transport (rank " + std::to_string(rank_) + ", " + caps_.provider + "): " + std::move(msg);
+    return rc;
+  }
+
+  uint32_t rank_, n_;
+  InfoList infos_;
+  std::vector<std::unique_ptr<Nic>> nics_;
+  uint32_t distinct_domains_ = 0;
+  Striping striping_ = Striping::kBytes;
+  uint32_t rr_ = 0;
+  bool provider_atomics_ = false;
+  enum class SourceId { kFiSource, kCqData } source_ = SourceId::kFiSource;
+  size_t imm_room_ = 4;     // immediate bytes left for the caller
+  uint32_t imm_shift_ = 32;  // where the rank starts in CQ data (kCqData)
+  uint64_t imm_mask_ = 0xffffffffull;
+  Capabilities caps_;
+  RegionTable regions_;
+  bool connected_ = false;
+  std::vector<LocalMr> local_;
+  std::vector<std::vector<RemoteMr>> remote_;                           // [peer][remote MrId]
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> imm_targets_;  // [peer][nic] -> key, addr
+  std::vector<Op> ops_;
+  uint32_t free_head_ = 0;
+  std::string last_error_;
+};
+
+const LibfabricTransport& as_libfabric(const Transport& t) {
+  auto* p = dynamic_cast<const LibfabricTransport*>(&t);
+  if (!p) throw InvalidArgument("not a libfabric transport (backend '" + t.capabilities().backend + "')");
+  return *p;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_libfabric_transport(uint32_t rank, uint32_t num_ranks, const LibfabricConfig& cfg) {
+  return std::make_unique<LibfabricTransport>(rank, num_ranks, cfg);
+}
+
+bool provider_available(const std::string& provider, std::string* why) {
+  InfoList l;
+  return query_provider(provider, false, l, why);
+}
+
+std::string describe(const Transport& t) { return as_libfabric(t).describe(); }
+
+RawWrite raw_write_handles(Transport& t, uint32_t nic, MrId local, uint32_t peer, MrId remote) {
+  return as_libfabric(t).raw(nic, local, peer, remote);
+}
+
+}  // namespace anyep::transport::libfabric

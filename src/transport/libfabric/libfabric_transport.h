@@ -1,0 +1,76 @@
+// anyep/src/transport/libfabric/libfabric_transport.h — the NIC backend for EFA, verbs NICs
+// (ConnectX, Broadcom), Slingshot (cxi), and tcp / shm for testing.
+//
+// One endpoint set = one FI_EP_RDM endpoint per NIC (libfabric domain), each with its own
+// address vector (FI_AV_TABLE, rank order) and a transmit and a receive CQ. A write is fi_write,
+// or fi_writedata when it carries an immediate (the immediate is the remote CQ data); an
+// immediate-only write is a zero-byte fi_writedata into a small internal region of the peer. The
+// source of an immediate is found by FI_SOURCE (fi_cq_readfrom's address-vector index), never
+// from bits in the immediate (providers that cannot report the source, see source_id, carry the rank
+// in CQ-data bits above the immediate instead). See docs/transport.md for provider selection and capabilities.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+struct fid_ep;
+struct fid_cq;
+
+namespace anyep::transport::libfabric {
+
+// How writes are spread over several NICs of one endpoint set.
+enum class Striping : uint8_t {
+  kBytes = 0,       // the NIC with the fewest bytes in flight (balances big and small writes)
+  kDest = 1,        // NIC = destination rank % NICs (keeps one peer on one NIC)
+  kRoundRobin = 2,  // one write per NIC in turn
+};
+
+struct LibfabricConfig {
+  // Provider name as libfabric spells it ("efa", "verbs;ofi_rxm", "cxi", "tcp", "tcp;ofi_rxm",
+  // "shm"). Empty: ANYEP_FI_PROVIDER, else the first available of efa, cxi, verbs;ofi_rxm,
+  // tcp;ofi_rxm.
+  std::string provider;
+  // NICs (domains) per endpoint set; -1: ANYEP_FI_NICS; 0: every domain the provider lists. More
+  // than the machine has opens some domains twice (emulates several NICs; used by tests).
+  int num_nics = -1;
+  // -1: ANYEP_FI_STRIPING; else a Striping value.
+  int striping = -1;
+  // Cap on the immediate's width in bytes (<= 4). Lets tests emulate a NIC with narrow CQ data.
+  uint32_t max_imm_bytes = 4;
+  // How a receiver learns the writer's rank: -1 auto (FI_SOURCE, except for ofi_rxm-layered
+  // providers whose remote-write completions carry no source address), 0 FI_SOURCE, 1 the rank in
+  // CQ data bits above the 32-bit immediate (shrinks imm_bytes when CQ data is only 4 bytes).
+  int source_id = -1;
+  // Ask for FI_HMEM (GPU memory registration) when the provider offers it.
+  bool want_hmem = true;
+};
+
+std::unique_ptr<Transport> make_libfabric_transport(uint32_t rank, uint32_t num_ranks, const LibfabricConfig& cfg = {});
+
+// Whether `provider` offers RDM endpoints with RMA and FI_SOURCE on this machine; if not, *why says
+// so (tests skip with it).
+bool provider_available(const std::string& provider, std::string* why);
+
+// What was negotiated (provider, fabric, domains, mr_mode, msg_order, cq_data_size, atomics,
+// HMEM), one line, for logs. Throws InvalidArgument if `t` is not a libfabric transport.
+std::string describe(const Transport& t);
+
+// The raw libfabric objects behind NIC `nic`, so a benchmark can post the same writes directly
+// (its baseline) on the very same endpoint. Not for the proxy.
+struct RawWrite {
+  fid_ep* ep;
+  fid_cq* txcq;
+  fid_cq* rxcq;
+  void* local_desc;      // fi_mr_desc of the local region
+  uint8_t* local_base;   // the local region's address
+  uint64_t dest_addr;    // fi_addr_t of the peer
+  uint64_t remote_addr;  // address to pass for remote offset 0 (base or 0, by FI_MR_VIRT_ADDR)
+  uint64_t remote_key;
+};
+RawWrite raw_write_handles(Transport& t, uint32_t nic, MrId local, uint32_t peer, MrId remote);
+
+}  // namespace anyep::transport::libfabric

@@ -1,0 +1,229 @@
+// libfabric backend between real processes on localhost (tcp pinned to lo, and shm): all-to-all
+// with every byte and immediate checked, the same under chaos, several NICs, and bad input.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "alltoall_check.h"
+#include "common/error.h"
+#include "mp_harness.h"
+#include "transport/chaos/chaos_transport.h"
+#include "transport/libfabric/libfabric_transport.h"
+
+namespace anyep {
+namespace {
+
+using transport::libfabric::LibfabricConfig;
+
+struct Case {
+  const char* provider;
+  uint32_t ranks;
+  bool chaos;
+};
+
+std::string name_of(const Case& c) {
+  std::string p = c.provider;
+  for (auto& ch : p)
+    if (ch == ';') ch = '_';
+  return p + "_" + std::to_string(c.ranks) + "ranks" + (c.chaos ? "_chaos" : "");
+}
+
+void require_provider(const std::string& p) {
+  ::setenv("FI_TCP_IFACE", "lo", 0);  // tests talk over loopback only (ctest sets it too)
+  std::string why;
+  if (!transport::libfabric::provider_available(p, &why)) GTEST_SKIP() << why;
+}
+
+std::unique_ptr<transport::Transport> make(const mp::Rank& r, const std::string& prov, bool chaos, LibfabricConfig cfg = {}) {
+  cfg.provider = prov;
+  auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, cfg);
+  if (!chaos) return t;
+  transport::chaos::ChaosConfig cc;
+  cc.seed = 20261122;
+  cc.max_delay = 16;
+  return transport::chaos::make_chaos_transport(std::move(t), cc);
+}
+
+class Alltoall : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Alltoall, EveryByteAndImmediateExactlyOnce) {
+  const Case c = GetParam();
+  require_provider(c.provider);
+  if (::testing::Test::IsSkipped()) return;
+  mp::RunOptions opt;
+  opt.timeout_s = 90;
+  auto res = mp::run_ranks(c.ranks, [&](mp::Rank& r) {
+    auto t = make(r, c.provider, c.chaos);
+    if (c.chaos) ANYEP_MP_CHECK(!t->capabilities().ordered_writes, "chaos must report unordered writes");
+    mptest::AlltoallSpec spec;
+    // Keep the suite fast on 2 cores: fewer writes per pair as the rank count grows.
+    spec.writes_per_peer = c.ranks <= 2 ? 8 : c.ranks <= 4 ? 4 : 3;
+    spec.seed = c.ranks * 31 + (c.chaos ? 7 : 0);
+    spec.timeout_s = 60;
+    auto st = mptest::run_alltoall(*t, *r.boot, spec);
+    ANYEP_MP_CHECK(st.imms_received == (r.size - 1) * (spec.writes_per_peer + 1), "immediate count");
+  }, opt);
+  ANYEP_EXPECT_RANKS_OK(res);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transport, Alltoall,
+                         ::testing::Values(Case{"tcp", 2, false}, Case{"tcp", 4, false}, Case{"tcp", 8, false},
+                                           Case{"tcp", 2, true}, Case{"tcp", 4, true}, Case{"tcp", 8, true},
+                                           Case{"shm", 2, false}, Case{"shm", 4, false}, Case{"shm", 8, false},
+                                           Case{"shm", 2, true}, Case{"shm", 4, true}, Case{"shm", 8, true}),
+                         [](const auto& info) { return name_of(info.param); });
+
+class Provider : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Provider, TwoEmulatedNicsStripeWritesAndStillDeliverEverything) {
+  require_provider(GetParam());
+  if (::testing::Test::IsSkipped()) return;
+  std::string prov = GetParam();
+  for (int striping : {0, 1, 2}) {
+    auto res = mp::run_ranks(3, [&](mp::Rank& r) {
+      LibfabricConfig cfg;
+      cfg.num_nics = 2;
+      cfg.striping = striping;
+      auto t = make(r, prov, false, cfg);
+      ANYEP_MP_CHECK(t->capabilities().num_nics == 2, "num_nics");
+      ANYEP_MP_CHECK(!t->capabilities().ordered_writes, "striped writes cannot be reported ordered");
+      mptest::AlltoallSpec spec;
+      spec.max_bytes = 256 << 10;
+      spec.writes_per_peer = 12;
+      mptest::run_alltoall(*t, *r.boot, spec);
+    });
+    ANYEP_EXPECT_RANKS_OK(res);
+  }
+}
+
+TEST_P(Provider, RankInCqDataIdentifiesTheSourceToo) {
+  // The fallback for providers without a usable FI_SOURCE, exercised on both providers.
+  require_provider(GetParam());
+  if (::testing::Test::IsSkipped()) return;
+  std::string prov = GetParam();
+  auto res = mp::run_ranks(3, [&](mp::Rank& r) {
+    LibfabricConfig cfg;
+    cfg.source_id = 1;
+    auto t = make(r, prov, false, cfg);
+    ANYEP_MP_CHECK(transport::libfabric::describe(*t).find("source_id=cq_data") != std::string::npos,
+                   transport::libfabric::describe(*t));
+    mptest::AlltoallSpec spec;
+    spec.max_bytes = 64 << 10;
+    spec.writes_per_peer = 16;
+    mptest::run_alltoall(*t, *r.boot, spec);
+  });
+  ANYEP_EXPECT_RANKS_OK(res);
+}
+
+// Bad input: each is refused with -EINVAL and a message naming it, and the peer receives nothing
+// from it (only the final marker immediate arrives, and its memory stays zero).
+TEST_P(Provider, BadInputIsRefusedBeforeTheWire) {
+  require_provider(GetParam());
+  if (::testing::Test::IsSkipped()) return;
+  std::string prov = GetParam();
+  auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+    LibfabricConfig cfg;
+    cfg.max_imm_bytes = 2;  // emulate a NIC whose CQ data holds 16 bits
+    auto t = make(r, prov, false, cfg);
+    ANYEP_MP_CHECK(t->capabilities().imm_bytes == 2, "imm_bytes cap");
+    std::vector<uint8_t> buf(4096, static_cast<uint8_t>(r.rank ? 0 : 0xab));
+    auto id = t->register_memory(buf.data(), buf.size(), transport::MemKind::kHost);
+    transport::connect_all(*t, *r.boot, {id});
+    r.boot->barrier();
+    if (r.rank == 0) {
+      auto expect_einval = [&](int rc, const std::string& words) {
+        ANYEP_MP_CHECK(rc == -EINVAL, "expected -EINVAL, got " + std::to_string(rc));
+        ANYEP_MP_CHECK(t->last_error().find(words) != std::string::npos, t->last_error());
+      };
+      expect_einval(t->post_write({7, id, 0, id, 0, 16, false, 0, 0}), "unknown peer rank 7");
+      expect_einval(t->post_write({1, id, 0, id, 4090, 16, false, 0, 0}), "past the end of region 0 of rank 1");
+      expect_einval(t->post_write({1, 5, 0, id, 0, 16, false, 0, 0}), "source region 5 is not registered");
+      expect_einval(t->post_write({1, id, 4095, id, 0, 2, false, 0, 0}), "is not inside local region 0");
+      expect_einval(t->post_write({1, id, 0, 3, 0, 16, false, 0, 0}), "region 3 of rank 1 was never imported");
+      expect_einval(t->post_write({1, id, 0, id, 0, 16, true, 0x10000, 0}), "does not fit the provider's 2-byte immediate");
+      expect_einval(t->post_imm(1, 0x12345, 0), "does not fit");
+      expect_einval(t->post_imm(9, 1, 0), "unknown peer rank 9");
+      int rc;
+      while ((rc = t->post_imm(1, 0xffff, 42)) == -EAGAIN) {}
+      ANYEP_MP_CHECK(rc == 0, t->last_error());
+    }
+    transport::Completion c[8];
+    transport::ImmEvent im[8];
+    size_t nc = 0, ni = 0, comps = 0, imms = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((r.rank == 0 ? comps < 1 : imms < 1) && std::chrono::steady_clock::now() < deadline) {
+      ANYEP_MP_CHECK(t->poll(c, 8, &nc, im, 8, &ni) == 0, t->last_error());
+      comps += nc;
+      for (size_t k = 0; k < ni; ++k) ANYEP_MP_CHECK(im[k].imm == 0xffff && im[k].src_rank == 0, "unexpected immediate");
+      imms += ni;
+    }
+    if (r.rank == 1) {
+      ANYEP_MP_CHECK(imms == 1, "the marker immediate did not arrive");
+      for (uint8_t v : buf) ANYEP_MP_CHECK(v == 0, "a refused write reached rank 1's memory");
+    }
+    r.boot->barrier();
+    // Registering CUDA memory where the provider cannot must fail clearly.
+    if (!t->capabilities().gpu_memory) {
+      try {
+        t->register_memory(buf.data(), buf.size(), transport::MemKind::kCuda);
+        throw std::runtime_error("kCuda registration without FI_HMEM did not fail");
+      } catch (const Unsupported& e) {
+        ANYEP_MP_CHECK(std::string(e.what()).find("host-staged") != std::string::npos, e.what());
+      }
+    }
+  });
+  ANYEP_EXPECT_RANKS_OK(res);
+}
+
+TEST_P(Provider, PeerThatNeverJoinsIsNamed) {
+  require_provider(GetParam());
+  if (::testing::Test::IsSkipped()) return;
+  std::string prov = GetParam();
+  mp::RunOptions opt;
+  opt.bootstrap = false;
+  auto res = mp::run_ranks(3, [&](mp::Rank& r) {
+    if (r.rank == 1) return;  // never joins
+    auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, LibfabricConfig{prov});
+    try {
+      auto b = transport::make_tcp_bootstrap("127.0.0.1", r.port, r.rank, r.size, 1.0);
+      transport::connect_all(*t, *b, {});
+    } catch (const TimeoutError& e) {
+      if (r.rank == 0) ANYEP_MP_CHECK(std::string(e.what()).find("rank(s) 1 of 3 never joined") != std::string::npos, e.what());
+      return;
+    } catch (const TransportError&) {
+      ANYEP_MP_CHECK(r.rank != 0, "rank 0 must time out naming rank 1");
+      return;
+    }
+    throw std::runtime_error("connect without rank 1 did not fail");
+  }, opt);
+  ANYEP_EXPECT_RANKS_OK(res);
+}
+
+TEST_P(Provider, CapabilitiesComeFromFiInfo) {
+  require_provider(GetParam());
+  if (::testing::Test::IsSkipped()) return;
+  auto t = transport::libfabric::make_libfabric_transport(0, 1, LibfabricConfig{GetParam()});
+  const auto& c = t->capabilities();
+  EXPECT_EQ(c.backend, "libfabric");
+  EXPECT_NE(c.provider.find(std::string(GetParam()) == "tcp" ? "tcp" : "shm"), std::string::npos) << c.provider;
+  EXPECT_EQ(c.imm_bytes, 4u);
+  EXPECT_GT(c.max_write_bytes, 0u);
+  EXPECT_FALSE(c.native_atomics);
+  std::string d = transport::libfabric::describe(*t);
+  EXPECT_NE(d.find("mr_mode="), std::string::npos) << d;
+  std::cout << "[ info ] " << d << " ordered_writes=" << c.ordered_writes << " gpu_memory=" << c.gpu_memory << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transport, Provider, ::testing::Values("tcp", "shm"));
+
+TEST(LibfabricProvider, UnknownProviderIsAClearError) {
+  std::string why;
+  EXPECT_FALSE(transport::libfabric::provider_available("no-such-provider", &why));
+  EXPECT_NE(why.find("no-such-provider"), std::string::npos) << why;
+  LibfabricConfig cfg;
+  cfg.provider = "no-such-provider";
+  EXPECT_THROW(transport::libfabric::make_libfabric_transport(0, 2, cfg), Unsupported);
+}
+
+}  // namespace
+}  // namespace anyep
