@@ -16,7 +16,7 @@ if [ -n "${DEPS:-}" ]; then prefix=(-DCMAKE_PREFIX_PATH="$DEPS"); fi
 
 { date -u; hostname; nvidia-smi -L; nvidia-smi topo -m; } > "$OUT/machine.txt" 2>&1
 t0=$(date +%s)
-if ! cmake -S . -B "$BUILD_DIR" -G Ninja -DANYEP_PYTHON=OFF -DANYEP_LIBFABRIC=OFF -DCMAKE_BUILD_TYPE=Release \
+if ! cmake -S . -B "$BUILD_DIR" -G Ninja -DANYEP_PYTHON=OFF -DANYEP_LIBFABRIC=OFF \
      -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix[@]}" > "$OUT/configure.log" 2>&1; then
   tail -30 "$OUT/configure.log"; echo "configure FAILED"; exit 1
 fi
@@ -42,7 +42,7 @@ if [ "${MUTATION_CHECK:-0}" = 1 ]; then
     "$M/src/transport/cuda_ipc/cuda_ipc_transport.cpp"
   if ! grep -q "op.has_imm = false; s.ops.push_back" "$M/src/transport/cuda_ipc/cuda_ipc_transport.cpp"; then
     mutation="patch did not apply"
-  elif (cmake -S "$M" -B "$M/build" -G Ninja -DANYEP_PYTHON=OFF -DANYEP_LIBFABRIC=OFF -DCMAKE_BUILD_TYPE=Release \
+  elif (cmake -S "$M" -B "$M/build" -G Ninja -DANYEP_PYTHON=OFF -DANYEP_LIBFABRIC=OFF \
           -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix[@]}" && cmake --build "$M/build" -j "$(nproc)" --target test_cuda_ipc cuda_ipc_peer) \
           > "$OUT/mutant_build.log" 2>&1; then
     "$M/build/tests/gpu/transport/test_cuda_ipc" --gtest_filter='*TwoProcesses*' > "$OUT/mutant_test.log" 2>&1

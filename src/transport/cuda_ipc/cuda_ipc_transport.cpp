@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
 #include "transport/cuda_ipc/imm_inbox.h"
+#include "transport/region_table.h"
 
 namespace anyep::transport::cuda_ipc {
 
@@ -68,17 +69,6 @@ GetAddressRangeFn get_address_range_fn() {
   return fn;
 }
 
-struct LocalRegion {
-  uint8_t* base = nullptr;
-  uint64_t length = 0;
-  WireRegion wire{};
-};
-
-struct RemoteRegion {
-  uint8_t* ptr = nullptr;       // region start, valid in this process
-  uint64_t length = 0;
-  void* ipc_mapping = nullptr;  // cudaIpcOpenMemHandle result to close (null: same process)
-};
 
 // A posted operation waiting for its copy (if any) and then for room in the peer's inbox.
 struct Op {
@@ -126,7 +116,7 @@ class CudaIpcTransport final : public Transport {
     CIPC_CUDA_THROW(cudaSetDevice(o.device), where());
     streams_.resize(o.num_streams);
     for (auto& s : streams_) CIPC_CUDA_THROW(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), where());
-    remote_.resize(o.num_ranks);
+    ipc_mappings_.resize(o.num_ranks);
     pending_imms_.resize(o.num_ranks);
   }
 
@@ -157,9 +147,9 @@ class CudaIpcTransport final : public Transport {
     }
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     if (drained)
-      for (auto& peer : remote_)
-        for (auto& r : peer)
-          if (r.ipc_mapping) cudaIpcCloseMemHandle(r.ipc_mapping);
+      for (auto& peer : ipc_mappings_)
+        for (void* m : peer)
+          if (m) cudaIpcCloseMemHandle(m);
     // inbox_ unlinks its segment; peer_inboxes_ unmap theirs.
   }
 
@@ -196,16 +186,14 @@ class CudaIpcTransport final : public Transport {
     if (offset + length > alloc_size)
       throw InvalidArgument(where() + ": register_memory: [base, base+" + std::to_string(length) +
                             ") runs past the end of its allocation (" + std::to_string(alloc_size - offset) + " bytes left)");
-    LocalRegion lr;
-    lr.base = static_cast<uint8_t*>(base);
-    lr.length = length;
-    lr.wire.magic = kRegionMagic;
-    lr.wire.version = kWireVersion;
-    lr.wire.device = static_cast<uint16_t>(opt_.device);
-    lr.wire.process_token = process_token();
-    lr.wire.alloc_base = alloc_base;
-    lr.wire.offset = offset;
-    lr.wire.length = length;
+    WireRegion wire{};
+    wire.magic = kRegionMagic;
+    wire.version = kWireVersion;
+    wire.device = static_cast<uint16_t>(opt_.device);
+    wire.process_token = process_token();
+    wire.alloc_base = alloc_base;
+    wire.offset = offset;
+    wire.length = length;
     cudaIpcMemHandle_t h{};
     e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(alloc_base));
     if (e != cudaSuccess) {
@@ -213,15 +201,15 @@ class CudaIpcTransport final : public Transport {
       throw CudaError(where() + ": register_memory: " + cuda_msg("cudaIpcGetMemHandle", e) +
                       " (memory from cudaMallocAsync pools or cuMemCreate cannot be shared through legacy CUDA IPC)");
     }
-    std::memcpy(lr.wire.ipc_handle, &h, sizeof h);
-    local_.push_back(lr);
-    return static_cast<MrId>(local_.size() - 1);
+    std::memcpy(wire.ipc_handle, &h, sizeof h);
+    exported_.push_back(wire);
+    return regions_.add_local(reinterpret_cast<uint64_t>(base), length);
   }
 
   std::vector<uint8_t> export_mr(MrId id) const override {
-    if (id >= local_.size()) throw InvalidArgument(where() + ": export_mr of unknown region " + std::to_string(id));
+    if (id >= exported_.size()) throw InvalidArgument(where() + ": export_mr of unknown region " + std::to_string(id));
     std::vector<uint8_t> d(sizeof(WireRegion));
-    std::memcpy(d.data(), &local_[id].wire, sizeof(WireRegion));
+    std::memcpy(d.data(), &exported_[id], sizeof(WireRegion));
     return d;
   }
 
@@ -297,12 +285,12 @@ class CudaIpcTransport final : public Transport {
       throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " was exported by another process than rank " +
                             std::to_string(peer));
     CIPC_CUDA_THROW(cudaSetDevice(opt_.device), where());
-    RemoteRegion rr;
-    rr.length = w.length;
+    uint8_t* ptr = nullptr;       // region start, valid in this process
+    void* mapping = nullptr;      // what to cudaIpcCloseMemHandle (null: same process)
     if (w.process_token == process_token()) {
       // Same address space: the exporter's pointer is ours too (UVA); peer access if on another GPU.
       if (w.device != opt_.device) enable_peer_access(w.device);
-      rr.ptr = reinterpret_cast<uint8_t*>(w.alloc_base + w.offset);
+      ptr = reinterpret_cast<uint8_t*>(w.alloc_base + w.offset);
     } else {
       cudaIpcMemHandle_t h;
       std::memcpy(&h, w.ipc_handle, sizeof h);
@@ -314,13 +302,14 @@ class CudaIpcTransport final : public Transport {
         throw CudaError(where() + ": import_mr of region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
                         " (device " + std::to_string(w.device) + "): " + cuda_msg("cudaIpcOpenMemHandle", e));
       }
-      rr.ipc_mapping = p;
-      rr.ptr = static_cast<uint8_t*>(p) + w.offset;
+      mapping = p;
+      ptr = static_cast<uint8_t*>(p) + w.offset;
     }
-    auto& v = remote_[peer];
-    if (v.size() <= remote_id) v.resize(size_t{remote_id} + 1);
-    if (v[remote_id].ipc_mapping) cudaIpcCloseMemHandle(v[remote_id].ipc_mapping);  // re-import replaces
-    v[remote_id] = rr;
+    auto& v = ipc_mappings_[peer];
+    if (v.size() <= remote_id) v.resize(size_t{remote_id} + 1, nullptr);
+    if (v[remote_id]) cudaIpcCloseMemHandle(v[remote_id]);  // a re-import replaces the old mapping
+    v[remote_id] = mapping;
+    regions_.set_remote(peer, remote_id, reinterpret_cast<uint64_t>(ptr), w.length);
   }
 
   int post_write(const WriteDesc& w) override {
@@ -350,9 +339,10 @@ class CudaIpcTransport final : public Transport {
         finish_copy(op);
         continue;
       }
-      const RemoteRegion& dst = remote_[d.dst_rank][d.remote_mr];
-      cudaError_t e = cudaMemcpyAsync(dst.ptr + d.remote_offset, local_[d.local_mr].base + d.local_offset, d.length,
-                                      cudaMemcpyDefault, s.stream);
+      // check_write vouched for both regions; their bases are addresses valid in this process.
+      cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
+                                      reinterpret_cast<const void*>(regions_.local(d.local_mr)->base + d.local_offset),
+                                      d.length, cudaMemcpyDefault, s.stream);
       if (e != cudaSuccess) {
         cudaGetLastError();
         rc = fail(-EIO, "post_write to rank " + std::to_string(d.dst_rank) + ": " + cuda_msg("cudaMemcpyAsync", e));
@@ -422,28 +412,12 @@ class CudaIpcTransport final : public Transport {
 
   int check_peer(uint32_t peer) {
     if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
-    if (peer >= opt_.num_ranks)
-      return fail(-EINVAL, "unknown peer rank " + std::to_string(peer) + " (num_ranks " + std::to_string(opt_.num_ranks) + ")");
+    if (auto e = regions_.check_peer(peer); !e.empty()) return fail(-EINVAL, e);
     return 0;
   }
-  static bool in_bounds(uint64_t region_len, uint64_t off, uint64_t len) { return off <= region_len && len <= region_len - off; }
   int check_write(const WriteDesc& d) {
-    if (int rc = check_peer(d.dst_rank)) return rc;
-    if (d.local_mr >= local_.size())
-      return fail(-EINVAL, "post_write: source region " + std::to_string(d.local_mr) + " is not registered (" +
-                               std::to_string(local_.size()) + " local regions)");
-    if (!in_bounds(local_[d.local_mr].length, d.local_offset, d.length))
-      return fail(-EINVAL, "post_write: source [" + std::to_string(d.local_offset) + ", +" + std::to_string(d.length) +
-                               ") is not inside local region " + std::to_string(d.local_mr) + " (" +
-                               std::to_string(local_[d.local_mr].length) + " bytes)");
-    const auto& rv = remote_[d.dst_rank];
-    if (d.remote_mr >= rv.size() || !rv[d.remote_mr].ptr)
-      return fail(-EINVAL, "post_write: region " + std::to_string(d.remote_mr) + " of rank " + std::to_string(d.dst_rank) +
-                               " was never imported (import_mr)");
-    if (!in_bounds(rv[d.remote_mr].length, d.remote_offset, d.length))
-      return fail(-EINVAL, "post_write: destination [" + std::to_string(d.remote_offset) + ", +" + std::to_string(d.length) +
-                               ") is not inside region " + std::to_string(d.remote_mr) + " of rank " +
-                               std::to_string(d.dst_rank) + " (" + std::to_string(rv[d.remote_mr].length) + " bytes)");
+    if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
+    if (auto e = regions_.check_write(d, caps_); !e.empty()) return fail(-EINVAL, "post_write: " + e);
     return 0;
   }
 
@@ -538,8 +512,9 @@ class CudaIpcTransport final : public Transport {
   std::vector<CopyStream> streams_;
   size_t next_stream_ = 0;
   std::vector<cudaEvent_t> free_events_;
-  std::vector<LocalRegion> local_;
-  std::vector<std::vector<RemoteRegion>> remote_;
+  RegionTable regions_{opt_.num_ranks};             // bounds of local and imported regions
+  std::vector<WireRegion> exported_;                // [local MrId]: what export_mr hands out
+  std::vector<std::vector<void*>> ipc_mappings_;    // [peer][remote MrId]: to close at teardown
   std::vector<WireAddress> peers_;
   ImmInbox inbox_;
   std::vector<ImmInbox> peer_inboxes_;

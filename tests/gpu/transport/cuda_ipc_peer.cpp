@@ -12,6 +12,7 @@
 
 #include "alltoall.h"
 #include "shm_board.h"
+#include "transport/bootstrap/bootstrap.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 
 using namespace anyep;
@@ -38,9 +39,13 @@ std::string run(test::Board& board, uint32_t rank, int device, const test::AllTo
     auto t = transport::cuda_ipc::make_endpoint(o);
     transport::MrId send_mr = t->register_memory(send, test::send_bytes(cfg), transport::MemKind::kCuda);
     transport::MrId recv_mr = t->register_memory(recv, test::recv_bytes(cfg, n), transport::MemKind::kCuda);
-    t->connect(board.allgather(rank, 0, t->local_address()));  // also: every buffer is filled
-    auto descs = board.allgather(rank, 1, t->export_mr(recv_mr));
-    for (uint32_t p = 0; p < n; ++p) t->import_mr(p, recv_mr, descs[p]);
+    // The library's own setup path (connect_all) over a bootstrap whose allgather is the board;
+    // its first allgather also tells every rank that every buffer is filled.
+    uint32_t round = 0;
+    auto boot = transport::make_callback_bootstrap(rank, n, [&](const std::vector<uint8_t>& mine) {
+      return board.allgather(rank, round++, mine);
+    });
+    transport::connect_all(*t, *boot, {send_mr, recv_mr});
     err = test::run_alltoall(*t, cfg, send_mr, recv_mr, recv);
     if (err.empty()) err = test::check_recv_buffer(rank, n, cfg, recv);
     if (!err.empty()) return err;      // peers notice through the board and stop waiting

@@ -162,8 +162,8 @@ TEST(CudaIpcTransport, BadWritesAreRejectedBeforeAnyCopy) {
       {{2, 0, 0, 1, 0, 16, true, 1, 0}, "unknown peer rank 2"},
       {{1, 7, 0, 1, 0, 16, true, 1, 0}, "source region 7 is not registered"},
       {{1, 0, 4000, 1, 0, 200, true, 1, 0}, "is not inside local region 0"},
-      {{1, 0, 0, 1, 4090, 10, true, 1, 0}, "is not inside region 1 of rank 1"},
-      {{1, 0, 0, 1, UINT64_MAX, 2, true, 1, 0}, "is not inside region 1 of rank 1"},
+      {{1, 0, 0, 1, 4090, 10, true, 1, 0}, "is past the end of region 1 of rank 1"},
+      {{1, 0, 0, 1, UINT64_MAX, 2, true, 1, 0}, "is past the end of region 1 of rank 1"},
       {{1, 0, 0, 5, 0, 16, true, 1, 0}, "region 5 of rank 1 was never imported"},
   };
   for (const Case& c : cases) {
