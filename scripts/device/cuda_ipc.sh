@@ -38,9 +38,9 @@ mutation="not run (MUTATION_CHECK=1 runs it)"
 if [ "${MUTATION_CHECK:-0}" = 1 ]; then
   M=/tmp/anyep-cuda-ipc-mutant
   rm -rf "$M" && mkdir -p "$M" && tar --exclude='./build*' -cf - . | tar -xf - -C "$M"
-  sed -i 's|^      s.ops.push_back(op);|      if (op.has_imm) outbox_[op.dst]->push(opt_.rank, op.imm); op.has_imm = false; s.ops.push_back(op);|' \
+  sed -i 's|^      s.ops.push_back(op);|      if (op.has_imm) { outbox_[op.dst]->push(opt_.rank, op.imm); op.has_imm = false; }  s.ops.push_back(op);|' \
     "$M/src/transport/cuda_ipc/cuda_ipc_transport.cpp"
-  if ! grep -q "op.has_imm = false; s.ops.push_back" "$M/src/transport/cuda_ipc/cuda_ipc_transport.cpp"; then
+  if ! grep -q "op.has_imm = false; }  s.ops.push_back" "$M/src/transport/cuda_ipc/cuda_ipc_transport.cpp"; then
     mutation="patch did not apply"
   elif (cmake -S "$M" -B "$M/build" -G Ninja -DANYEP_PYTHON=OFF -DANYEP_LIBFABRIC=OFF \
           -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix[@]}" && cmake --build "$M/build" -j "$(nproc)" --target test_cuda_ipc cuda_ipc_peer) \
