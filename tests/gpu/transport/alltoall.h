@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -73,14 +74,16 @@ inline std::string fill_buffers(uint32_t rank, const AllToAllConfig& c, uint32_t
 
 // Runs the exchange on a connected transport whose region `send_mr` is send_dev (send_bytes)
 // and whose region `recv_mr` (same id on every rank) is recv_dev. Returns "" or what failed.
+// `peer_failed` (optional) returns why another rank gave up, so this one stops waiting for it.
 inline std::string run_alltoall(transport::Transport& t, const AllToAllConfig& c, transport::MrId send_mr,
-                                transport::MrId recv_mr, const uint8_t* recv_dev) {
+                                transport::MrId recv_mr, const uint8_t* recv_dev,
+                                const std::function<std::string()>& peer_failed = {}) {
   using namespace anyep::transport;
   const uint32_t n = t.num_ranks(), me = t.rank(), K = c.writes_per_peer;
   const size_t total = size_t{n} * K;
   std::vector<uint8_t> comp_seen(total, 0), imm_seen(total, 0);
   std::vector<uint32_t> imms_from(n, 0);
-  size_t posted = 0, comps = 0, imms = 0;
+  size_t posted = 0, comps = 0, imms = 0, spins = 0;
   std::vector<uint8_t> host;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(c.timeout_s);
   const std::string who = "rank " + std::to_string(me) + ": ";
@@ -120,6 +123,8 @@ inline std::string run_alltoall(transport::Transport& t, const AllToAllConfig& c
                  std::to_string(j) + " of " + std::to_string(p.len) + " is " + std::to_string(host[j]) + ", expected " +
                  std::to_string(pattern(src, p.src_off + j));
     }
+    if (peer_failed && (++spins & 1023) == 0)
+      if (std::string why = peer_failed(); !why.empty()) return who + "stopped: another rank failed";
     if (std::chrono::steady_clock::now() > deadline) {
       std::string m = who + "timed out after " + std::to_string(c.timeout_s) + " s: posted " + std::to_string(posted) + "/" +
                       std::to_string(total) + ", completions " + std::to_string(comps) + ", immediates " + std::to_string(imms) +

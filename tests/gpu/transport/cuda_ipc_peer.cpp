@@ -46,7 +46,7 @@ std::string run(test::Board& board, uint32_t rank, int device, const test::AllTo
       return board.allgather(rank, round++, mine);
     });
     transport::connect_all(*t, *boot, {send_mr, recv_mr});
-    err = test::run_alltoall(*t, cfg, send_mr, recv_mr, recv);
+    err = test::run_alltoall(*t, cfg, send_mr, recv_mr, recv, [&] { return board.peer_failure(rank); });
     if (err.empty()) err = test::check_recv_buffer(rank, n, cfg, recv);
     if (!err.empty()) return err;      // peers notice through the board and stop waiting
     board.barrier(rank);               // nobody writes any more: close mappings

@@ -85,6 +85,13 @@ class Board {
     wait_until(&l_->barrier_arrivals, k * num_ranks(), timeout_s, "barrier " + std::to_string(k), k);
   }
 
+  // The first failure another rank reported ("" if none): lets a rank stop waiting for it.
+  std::string peer_failure(uint32_t rank) const {
+    for (uint32_t r = 0; r < num_ranks(); ++r)
+      if (r != rank && __atomic_load_n(&l_->done[r], __ATOMIC_ACQUIRE) == 1 && l_->msg[r][0]) return l_->msg[r];
+    return {};
+  }
+
   void report(uint32_t rank, const std::string& msg) {
     std::snprintf(l_->msg[rank], kBoardMsgBytes, "%s", msg.c_str());
     __atomic_store_n(&l_->done[rank], 1, __ATOMIC_RELEASE);
@@ -164,9 +171,9 @@ inline std::string spawn_and_wait(const std::vector<std::vector<std::string>>& a
     bool reported = __atomic_load_n(&l->done[r], __ATOMIC_ACQUIRE) == 1;
     std::string msg = reported ? std::string(l->msg[r]) : std::string();
     bool ok = WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0 && reported && msg.empty();
-    if (!ok)
-      failures += "rank " + std::to_string(r) + ": " + (msg.empty() ? std::string("no result") : msg) + " (exit status " +
-                  std::to_string(status[r]) + ")\n";
+    std::string how = WIFEXITED(status[r]) ? "exit code " + std::to_string(WEXITSTATUS(status[r]))
+                                           : "wait status " + std::to_string(status[r]);
+    if (!ok) failures += (msg.empty() ? "rank " + std::to_string(r) + ": no result" : msg) + " (" + how + ")\n";
   }
   return failures;
 }
