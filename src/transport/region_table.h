@@ -27,6 +27,18 @@ class RegionTable {
   const RegionBounds* remote(uint32_t peer, MrId id) const;
   size_t num_local() const { return local_.size(); }
 
+  // Hot-path verdict: true when `w` may be posted (check_write then returns "").
+  bool write_ok(const WriteDesc& w, const Capabilities& caps) const {
+    if (w.dst_rank >= remote_.size() || w.local_mr >= local_.size()) return false;
+    const RegionBounds& l = local_[w.local_mr];
+    if (w.local_offset > l.length || w.length > l.length - w.local_offset) return false;
+    const auto& rv = remote_[w.dst_rank];
+    if (w.remote_mr >= rv.size()) return false;
+    const RegionBounds& r = rv[w.remote_mr];
+    if (!r.valid || w.remote_offset > r.length || w.length > r.length - w.remote_offset) return false;
+    if (caps.max_write_bytes && w.length > caps.max_write_bytes) return false;
+    return !w.has_imm || caps.imm_bytes >= 4 || (caps.imm_bytes > 0 && (uint64_t{w.imm} >> (8 * caps.imm_bytes)) == 0);
+  }
   // "" when `w` may be posted, else the reason (naming peer, region, offsets).
   std::string check_write(const WriteDesc& w, const Capabilities& caps) const;
   std::string check_peer(uint32_t peer) const;

@@ -9,9 +9,9 @@ namespace anyep::transport {
 namespace {
 // Region blob: u32 count, then per region: u32 id, u32 descriptor length, descriptor bytes.
 void put_u32(std::vector<uint8_t>& b, uint32_t v) {
-  uint8_t tmp[4];
-  std::memcpy(tmp, &v, 4);
-  b.insert(b.end(), tmp, tmp + 4);
+  size_t at = b.size();
+  b.resize(at + 4);
+  std::memcpy(b.data() + at, &v, 4);
 }
 uint32_t get_u32(const std::vector<uint8_t>& b, size_t& at, uint32_t peer) {
   if (at + 4 > b.size())

@@ -107,7 +107,10 @@ sockaddr_in resolve(const std::string& host, uint16_t port) {
 
 std::string list_ranks(const std::vector<uint32_t>& v) {
   std::string s;
-  for (uint32_t r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  for (uint32_t r : v) {
+    if (!s.empty()) s += ", ";
+    s += std::to_string(r);
+  }
   return s;
 }
 

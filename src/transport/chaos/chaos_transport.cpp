@@ -92,7 +92,8 @@ class ChaosTransport final : public Transport {
 
   int post_write(const WriteDesc& w) override {
     if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
-    if (auto e = regions_.check_write(w, caps_); !e.empty()) return fail(-EINVAL, "post_write: " + e);
+    if (!regions_.write_ok(w, caps_)) return fail(-EINVAL, "post_write: " + regions_.check_write(w, caps_));
+    if (out_.size() >= cfg_.max_held) return -EAGAIN;  // backpressure, as a NIC's full queue
     hold(true, w);
     return 0;
   }
@@ -100,6 +101,7 @@ class ChaosTransport final : public Transport {
     if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
     if (auto e = regions_.check_peer(dst_rank); !e.empty()) return fail(-EINVAL, "post_imm: " + e);
     if (auto e = regions_.check_imm(imm, caps_); !e.empty()) return fail(-EINVAL, "post_imm: " + e);
+    if (out_.size() >= cfg_.max_held) return -EAGAIN;
     WriteDesc w{};
     w.dst_rank = dst_rank;
     w.has_imm = true;
@@ -134,16 +136,7 @@ class ChaosTransport final : public Transport {
  private:
   uint64_t delay() { return rng_.below(uint64_t{cfg_.max_delay} + 1); }
 
-  void hold(bool is_write, const WriteDesc& w) {
-    out_.push_back({is_write, w, tick_ + delay()});
-    // Bound what we hold: the oldest op becomes due now (it still goes out shuffled with others).
-    if (out_.size() > cfg_.max_held)
-      for (auto& op : out_)
-        if (op.release_at > tick_) {
-          op.release_at = tick_;
-          break;
-        }
-  }
+  void hold(bool is_write, const WriteDesc& w) { out_.push_back({is_write, w, tick_ + delay()}); }
 
   // Posts every due op in a seeded shuffled order. -EAGAIN from the inner transport leaves the op
   // held for the next poll (backpressure never surfaces as an error). Other errors become that

@@ -30,7 +30,7 @@ namespace anyep::transport::chaos {
 struct ChaosConfig {
   uint64_t seed = 1;
   uint32_t max_delay = 8;   // an op waits 0..max_delay poll() calls (0: shuffle within a poll only)
-  uint32_t max_held = 256;  // outbound ops held at most; beyond it, the oldest are released early
+  uint32_t max_held = 256;  // outbound ops held at most; beyond it, posts return -EAGAIN until a poll()
 };
 
 std::unique_ptr<Transport> make_chaos_transport(std::unique_ptr<Transport> inner, const ChaosConfig& cfg);

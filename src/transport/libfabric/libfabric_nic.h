@@ -58,6 +58,7 @@ struct Nic {
   std::vector<uint8_t> addr;                    // fi_getname of ep
   std::vector<fi_addr_t> peers;                 // rank -> AV address
   std::unordered_map<fi_addr_t, uint32_t> src;  // AV address -> rank (FI_SOURCE lookup)
+  std::vector<uint32_t> src_by_index;           // the same when AV addresses are 0..n-1 (fast path)
   size_t tx_depth = 0;
   uint64_t bytes_in_flight = 0;
   size_t ops_in_flight = 0;

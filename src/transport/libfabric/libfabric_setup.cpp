@@ -172,7 +172,10 @@ std::string order_names(uint64_t o) {
       {FI_ORDER_SAS, "SAS"}};
   std::string s;
   for (auto& [bit, name] : names)
-    if (o & bit) s += (s.empty() ? "" : "|") + std::string(name);
+    if (o & bit) {
+      if (!s.empty()) s += "|";
+      s += name;
+    }
   return s.empty() ? "none" : s;
 }
 
@@ -183,7 +186,10 @@ std::string mr_mode_names(int m) {
       {FI_MR_HMEM, "HMEM"}};
   std::string s;
   for (auto& [bit, name] : names)
-    if (m & bit) s += (s.empty() ? "" : "|") + std::string(name);
+    if (m & bit) {
+      if (!s.empty()) s += "|";
+      s += name;
+    }
   return s.empty() ? "none" : s;
 }
 

@@ -194,7 +194,15 @@ class LibfabricTransport final : public Transport {
       if (got != static_cast<int>(n_))
         throw TransportError("libfabric transport: fi_av_insert on NIC " + std::to_string(k) + " inserted " +
                              std::to_string(got) + " of " + std::to_string(n_) + " addresses");
-      for (uint32_t r = 0; r < n_; ++r) nic.src[nic.peers[r]] = r;
+      bool identity = true;
+      for (uint32_t r = 0; r < n_; ++r) {
+        nic.src[nic.peers[r]] = r;
+        identity = identity && nic.peers[r] == r;
+      }
+      if (identity) {
+        nic.src_by_index.resize(n_);
+        for (uint32_t r = 0; r < n_; ++r) nic.src_by_index[r] = r;
+      }
     }
     remote_.assign(n_, {});
     connected_ = true;
@@ -223,7 +231,7 @@ class LibfabricTransport final : public Transport {
   // ---- hot path ----
   int post_write(const WriteDesc& w) override {
     if (!connected_) return fail(-EINVAL, "post_write: not connected: call connect() first");
-    if (auto e = regions_.check_write(w, caps_); !e.empty()) return fail(-EINVAL, "post_write: " + e);
+    if (!regions_.write_ok(w, caps_)) return fail(-EINVAL, "post_write: " + regions_.check_write(w, caps_));
     uint32_t k = pick_nic(w.dst_rank, w.length);
     Nic& nic = *nics_[k];
     Op* op = alloc_op(nic);
@@ -291,11 +299,16 @@ class LibfabricTransport final : public Transport {
           if (!(e[i].flags & FI_REMOTE_CQ_DATA)) continue;  // not ours to report (no data)
           uint32_t src = 0;
           if (source_ == SourceId::kFiSource) {
-            auto it = nic.src.find(from[i]);
-            if (it == nic.src.end())
-              return fail(-EPROTO, "immediate " + std::to_string(e[i].data) + " on NIC " + std::to_string(k) +
-                                       " from an address not in the address vector (fi_addr " + std::to_string(from[i]) + ")");
-            src = it->second;
+            // FI_AV_TABLE hands out 0..n-1 in insertion (rank) order: usually a direct index.
+            if (from[i] < nic.src_by_index.size()) {
+              src = nic.src_by_index[from[i]];
+            } else {
+              auto it = nic.src.find(from[i]);
+              if (it == nic.src.end())
+                return fail(-EPROTO, "immediate " + std::to_string(e[i].data) + " on NIC " + std::to_string(k) +
+                                         " from an address not in the address vector (fi_addr " + std::to_string(from[i]) + ")");
+              src = it->second;
+            }
           } else {
             src = static_cast<uint32_t>(e[i].data >> imm_shift_);
             if (src >= n_)
@@ -317,7 +330,10 @@ class LibfabricTransport final : public Transport {
   std::string describe() const {
     const fi_info* i = nics_[0]->info;
     std::string s = "libfabric provider=" + caps_.provider + " fabric=" + i->fabric_attr->name + " domains=";
-    for (size_t k = 0; k < nics_.size(); ++k) s += (k ? "," : "") + std::string(nics_[k]->info->domain_attr->name);
+    for (size_t k = 0; k < nics_.size(); ++k) {
+      if (k) s += ",";
+      s += nics_[k]->info->domain_attr->name;
+    }
     s += " (" + std::to_string(distinct_domains_) + " distinct) mr_mode=" + mr_mode_names(i->domain_attr->mr_mode) +
          " tx_order=" + order_names(i->tx_attr->msg_order) + " rx_order=" + order_names(i->rx_attr->msg_order) +
          " cq_data_size=" + std::to_string(i->domain_attr->cq_data_size) + " inject=" + std::to_string(i->tx_attr->inject_size) +
@@ -331,7 +347,8 @@ class LibfabricTransport final : public Transport {
       throw InvalidArgument("raw_write_handles: not connected, or unknown NIC/region/peer");
     const Nic& nic = *nics_[k];
     const RemoteMr& r = remote_[peer][remote];
-    return {nic.ep, nic.txcq, nic.rxcq, local_[local].descs[k], local_[local].base, nic.peers[peer], r.base, r.keys[k]};
+    return {nic.ep,          nic.txcq,  nic.rxcq, local_[local].descs[k], local_[local].base, nic.peers[peer],
+            r.base,          r.keys[k], source_ == SourceId::kFiSource, cq_data(0)};
   }
 
  private:
@@ -362,7 +379,7 @@ class LibfabricTransport final : public Transport {
       order &= nic->info->tx_attr->msg_order & nic->info->rx_attr->msg_order;
     }
     caps_.max_write_bytes = max_msg;
-    choose_source_id(cfg, cq_data);
+    choose_source_id(cfg, std::min<size_t>(cq_data, cfg.max_cq_data_bytes));
     caps_.imm_bytes = static_cast<uint32_t>(std::min<size_t>({imm_room_, cfg.max_imm_bytes}));
     // Writes to one peer land in posting order only if the provider orders write-after-write on
     // both sides AND all writes to that peer use one NIC (striping across NICs reorders).

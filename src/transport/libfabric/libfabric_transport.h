@@ -45,6 +45,9 @@ struct LibfabricConfig {
   // providers whose remote-write completions carry no source address), 0 FI_SOURCE, 1 the rank in
   // CQ data bits above the 32-bit immediate (shrinks imm_bytes when CQ data is only 4 bytes).
   int source_id = -1;
+  // Treat the provider's CQ data as at most this many bytes (< 8 emulates a NIC with 4-byte CQ
+  // data, as verbs has; tests use it to exercise the rank-in-the-top-bytes path).
+  uint32_t max_cq_data_bytes = 8;
   // Ask for FI_HMEM (GPU memory registration) when the provider offers it.
   bool want_hmem = true;
 };
@@ -70,6 +73,8 @@ struct RawWrite {
   uint64_t dest_addr;    // fi_addr_t of the peer
   uint64_t remote_addr;  // address to pass for remote offset 0 (base or 0, by FI_MR_VIRT_ADDR)
   uint64_t remote_key;
+  bool fi_source;          // the transport reads sources with fi_cq_readfrom (else from CQ data)
+  uint64_t cq_data_high;   // what the transport ORs above the immediate (the rank, or 0)
 };
 RawWrite raw_write_handles(Transport& t, uint32_t nic, MrId local, uint32_t peer, MrId remote);
 

@@ -87,7 +87,7 @@ class LoopbackTransport final : public Transport {
 
   int post_write(const WriteDesc& w) override {
     if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
-    if (auto e = regions_.check_write(w, caps_); !e.empty()) return fail(-EINVAL, "post_write: " + e);
+    if (!regions_.write_ok(w, caps_)) return fail(-EINVAL, "post_write: " + regions_.check_write(w, caps_));
     if (w.length)
       std::memmove(reinterpret_cast<uint8_t*>(regions_.remote(w.dst_rank, w.remote_mr)->base) + w.remote_offset,
                    reinterpret_cast<const uint8_t*>(regions_.local(w.local_mr)->base) + w.local_offset, w.length);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "alltoall_check.h"
 #include "common/error.h"
@@ -34,7 +35,15 @@ void require_provider(const std::string& p) {
   if (!transport::libfabric::provider_available(p, &why)) GTEST_SKIP() << why;
 }
 
-std::unique_ptr<transport::Transport> make(const mp::Rank& r, const std::string& prov, bool chaos, LibfabricConfig cfg = {}) {
+// Host memory only here: no FI_HMEM (its GPU probe would open a CUDA context per rank on GPU hosts).
+LibfabricConfig host_only() {
+  LibfabricConfig c;
+  c.want_hmem = false;
+  return c;
+}
+
+std::unique_ptr<transport::Transport> make(const mp::Rank& r, const std::string& prov, bool chaos,
+                                           LibfabricConfig cfg = host_only()) {
   cfg.provider = prov;
   auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, cfg);
   if (!chaos) return t;
@@ -81,7 +90,7 @@ TEST_P(Provider, TwoEmulatedNicsStripeWritesAndStillDeliverEverything) {
   std::string prov = GetParam();
   for (int striping : {0, 1, 2}) {
     auto res = mp::run_ranks(3, [&](mp::Rank& r) {
-      LibfabricConfig cfg;
+      LibfabricConfig cfg = host_only();
       cfg.num_nics = 2;
       cfg.striping = striping;
       auto t = make(r, prov, false, cfg);
@@ -97,20 +106,95 @@ TEST_P(Provider, TwoEmulatedNicsStripeWritesAndStillDeliverEverything) {
 }
 
 TEST_P(Provider, RankInCqDataIdentifiesTheSourceToo) {
-  // The fallback for providers without a usable FI_SOURCE, exercised on both providers.
+  // The fallback for providers without a usable FI_SOURCE, exercised on both providers: the rank
+  // above the immediate in 8-byte CQ data, and in the top byte of an emulated 4-byte CQ data
+  // (verbs-like), where the immediate shrinks to 3 bytes and says so.
   require_provider(GetParam());
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
-  auto res = mp::run_ranks(3, [&](mp::Rank& r) {
-    LibfabricConfig cfg;
-    cfg.source_id = 1;
-    auto t = make(r, prov, false, cfg);
-    ANYEP_MP_CHECK(transport::libfabric::describe(*t).find("source_id=cq_data") != std::string::npos,
-                   transport::libfabric::describe(*t));
-    mptest::AlltoallSpec spec;
-    spec.max_bytes = 64 << 10;
-    spec.writes_per_peer = 16;
-    mptest::run_alltoall(*t, *r.boot, spec);
+  for (uint32_t cq_bytes : {8u, 4u}) {
+    auto res = mp::run_ranks(3, [&](mp::Rank& r) {
+      LibfabricConfig cfg = host_only();
+      cfg.source_id = 1;
+      cfg.max_cq_data_bytes = cq_bytes;
+      auto t = make(r, prov, false, cfg);
+      std::string d = transport::libfabric::describe(*t);
+      ANYEP_MP_CHECK(d.find(cq_bytes == 8 ? "source_id=cq_data(bit 32)" : "source_id=cq_data(bit 24)") != std::string::npos, d);
+      ANYEP_MP_CHECK(t->capabilities().imm_bytes == (cq_bytes == 8 ? 4u : 3u), "imm_bytes");
+      mptest::AlltoallSpec spec;
+      spec.max_bytes = 64 << 10;
+      spec.writes_per_peer = 16;
+      mptest::run_alltoall(*t, *r.boot, spec);  // connects, then checks every source and immediate
+      if (cq_bytes == 4) {
+        ANYEP_MP_CHECK(t->post_imm((r.rank + 1) % r.size, 1u << 24, 0) == -EINVAL, "a 4-byte immediate must not fit in 3");
+        ANYEP_MP_CHECK(t->last_error().find("3-byte immediate") != std::string::npos, t->last_error());
+      }
+    });
+    ANYEP_EXPECT_RANKS_OK(res);
+  }
+}
+
+TEST_P(Provider, FullQueueIsEagainNotAnErrorAndEverythingStillArrives) {
+  require_provider(GetParam());
+  if (::testing::Test::IsSkipped()) return;
+  std::string prov = GetParam();
+  auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+    auto t = make(r, prov, false);
+    std::vector<uint8_t> buf(64, 0);
+    auto id = t->register_memory(buf.data(), buf.size(), transport::MemKind::kHost);
+    transport::connect_all(*t, *r.boot, {id});
+    uint64_t posted = 0;
+    transport::Completion c[64];
+    transport::ImmEvent im[64];
+    size_t nc = 0, ni = 0;
+    uint64_t comps = 0, imms = 0, next_imm = 0;
+    if (r.rank == 0) {
+      // The first write may meet -EAGAIN while the provider sets up the connection: poll and retry.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      int rc;
+      while ((rc = t->post_write({1, id, 0, id, 0, 8, true, 0, 0})) == -EAGAIN && std::chrono::steady_clock::now() < deadline) {
+        ANYEP_MP_CHECK(t->poll(c, 64, &nc, im, 64, &ni) == 0, t->last_error());
+        comps += nc;
+      }
+      ANYEP_MP_CHECK(rc == 0, "first write: " + std::to_string(rc) + " " + t->last_error());
+      posted = 1;
+      // Then post without polling until the transport pushes back.
+      while (posted < 1000000 && (rc = t->post_write({1, id, 0, id, 0, 8, true, static_cast<uint32_t>(posted), posted})) == 0)
+        ++posted;
+      ANYEP_MP_CHECK(rc == -EAGAIN, "expected -EAGAIN once the queue is full, got " + std::to_string(rc) + " " + t->last_error());
+      ANYEP_MP_CHECK(posted > 1, "only one write could be posted");
+    }
+    // Rank 0 drains its completions, then tells rank 1 how many writes to expect (an
+    // immediate-only marker); rank 1 polls all along, as the provider's progress needs it.
+    constexpr uint32_t kMarker = 0x80000000u;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    uint64_t expect = UINT64_MAX;
+    bool marker_sent = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      ANYEP_MP_CHECK(t->poll(c, 64, &nc, im, 64, &ni) == 0, t->last_error());
+      comps += nc;
+      for (size_t k = 0; k < ni; ++k) {
+        if (im[k].imm & kMarker) {
+          expect = im[k].imm & ~kMarker;
+          continue;
+        }
+        // tcp;ofi_rxm orders writes to one peer (WAW), so immediates come in posting order there.
+        if (t->capabilities().ordered_writes) ANYEP_MP_CHECK(im[k].imm == next_imm, "out of order on an ordered provider");
+        ++next_imm;
+        ++imms;
+      }
+      if (r.rank == 0 && comps == posted && !marker_sent) {
+        int rc = t->post_imm(1, kMarker | static_cast<uint32_t>(posted), 0);
+        ANYEP_MP_CHECK(rc == 0 || rc == -EAGAIN, t->last_error());
+        marker_sent = rc == 0;
+      }
+      if (r.rank == 0 && marker_sent && comps == posted + 1) break;
+      if (r.rank == 1 && imms == expect) break;
+    }
+    ANYEP_MP_CHECK(r.rank == 0 ? comps == posted + 1 : imms == expect,
+                   "rank " + std::to_string(r.rank) + ": " + std::to_string(r.rank ? imms : comps) + " of " +
+                       std::to_string(r.rank ? expect : posted + 1));
+    r.boot->barrier();
   });
   ANYEP_EXPECT_RANKS_OK(res);
 }
@@ -122,7 +206,7 @@ TEST_P(Provider, BadInputIsRefusedBeforeTheWire) {
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
   auto res = mp::run_ranks(2, [&](mp::Rank& r) {
-    LibfabricConfig cfg;
+    LibfabricConfig cfg;  // FI_HMEM asked for: the CUDA registration check below needs it
     cfg.max_imm_bytes = 2;  // emulate a NIC whose CQ data holds 16 bits
     auto t = make(r, prov, false, cfg);
     ANYEP_MP_CHECK(t->capabilities().imm_bytes == 2, "imm_bytes cap");

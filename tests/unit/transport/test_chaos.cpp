@@ -138,6 +138,28 @@ TEST(Chaos, BadInputFailsAtPostTimeAndCapsSayUnordered) {
   EXPECT_EQ(t0->capabilities().backend, "chaos(loopback)");
 }
 
+TEST(Chaos, HoldingTooMuchIsBackpressureUntilPolled) {
+  auto fabric = loopback::make_fabric(2);
+  chaos::ChaosConfig cfg;
+  cfg.max_held = 8;
+  cfg.max_delay = 0;
+  auto t0 = chaos::make_chaos_transport(loopback::make_endpoint(fabric, 0), cfg);
+  auto t1 = chaos::make_chaos_transport(loopback::make_endpoint(fabric, 1), cfg);
+  std::vector<std::vector<uint8_t>> addrs{t0->local_address(), t1->local_address()};
+  t0->connect(addrs);
+  t1->connect(addrs);
+  for (uint32_t i = 0; i < 8; ++i) ASSERT_EQ(t0->post_imm(1, i, i), 0);
+  EXPECT_EQ(t0->post_imm(1, 8, 8), -EAGAIN);
+  Completion c[16];
+  ImmEvent im[16];
+  size_t nc = 0, ni = 0;
+  ASSERT_EQ(t0->poll(c, 16, &nc, im, 16, &ni), 0);  // max_delay 0: everything held goes out now
+  EXPECT_EQ(t0->post_imm(1, 8, 8), 0);
+  ASSERT_EQ(t0->poll(c, 16, &nc, im, 16, &ni), 0);
+  ASSERT_EQ(t1->poll(c, 16, &nc, im, 16, &ni), 0);
+  EXPECT_EQ(ni, 9u);
+}
+
 TEST(Chaos, EnvironmentSwitchesItOn) {
   auto fabric = loopback::make_fabric(2);
   ::unsetenv("ANYEP_CHAOS_SEED");
