@@ -21,8 +21,14 @@ struct ChannelConfig {
   uint32_t capacity = 1024;  // slots per ring; a power of two
   ProducerKind producer = ProducerKind::kCpu;
   int cuda_device = 0;                  // kGpu only
-  uint64_t timeout_ns = 30'000'000'000;  // producer wait bound (ANYEP_TIMEOUT_S by default)
+  uint64_t timeout_ns = 30'000'000'000;  // producer wait bound; callers pass ANYEP_TIMEOUT_S's value
 };
+
+inline constexpr uint32_t kMaxRings = 1u << 16;
+inline constexpr uint32_t kMaxRingCapacity = 1u << 24;  // 256 MiB of slots per ring
+
+// Throws anyep::InvalidArgument naming the first bad field (the Channel constructor calls it).
+void validate(const ChannelConfig& cfg);
 
 // The consumer end of one ring. One thread at a time (the proxy thread that owns the ring).
 class RingConsumer {
@@ -35,6 +41,7 @@ class RingConsumer {
 
   // Command `ahead` places after the oldest unretired one, if published (batch draining).
   bool peek(uint32_t ahead, TransferCmd* out) const {
+    if (ahead >= capacity_) return false;  // index tail + ahead cannot be in the ring yet
     const TransferCmd& s = slots_[(tail_ + ahead) & (capacity_ - 1)];
     uint64_t lo, hi;
     port::load16_acquire_system(&s.lo, &lo, &hi);  // acquire: the payload the producer wrote first
@@ -47,7 +54,7 @@ class RingConsumer {
   // Up to `max` consecutive published commands starting at the oldest; returns how many.
   uint32_t poll_batch(TransferCmd* out, uint32_t max) const {
     uint32_t n = 0;
-    while (n < max && n < capacity_ && peek(n, &out[n])) ++n;
+    while (n < max && peek(n, &out[n])) ++n;
     return n;
   }
 

@@ -1,5 +1,7 @@
 #include "common/env.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -41,17 +43,21 @@ int64_t get_int(std::string_view name) {
   std::string v = raw(name);
   char* end = nullptr;
   errno = 0;
-  long long x = std::strtoll(v.c_str(), &end, 0);
-  if (v.empty() || errno || *end)
-    throw InvalidArgument(std::string(name) + "='" + v + "' is not an integer");
+  // Base 10 only: "010" is ten, not octal eight.
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) throw InvalidArgument(std::string(name) + "='" + v + "' is not an integer");
+  if (errno == ERANGE) throw InvalidArgument(std::string(name) + "='" + v + "' is out of range for a 64-bit integer");
   return x;
 }
 
 double get_double(std::string_view name) {
   std::string v = raw(name);
   char* end = nullptr;
+  errno = 0;
   double x = std::strtod(v.c_str(), &end);
   if (v.empty() || *end) throw InvalidArgument(std::string(name) + "='" + v + "' is not a number");
+  if (errno == ERANGE || !std::isfinite(x))
+    throw InvalidArgument(std::string(name) + "='" + v + "' is not a finite number in range");
   return x;
 }
 

@@ -12,6 +12,10 @@
 #include <cstdio>
 #include <ctime>
 
+#if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+#include <sched.h>
+#endif
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define ANYEP_HD __host__ __device__
 #define ANYEP_DEVICE __device__
@@ -126,8 +130,15 @@ ANYEP_HD ANYEP_INLINE void store_release_system(uint32_t* p, uint32_t v) {
 // Publish 16 bytes {lo, hi} to host-visible memory with release semantics at system scope.
 // On the GPU this is ONE 16-byte vector store (one PCIe write): the consumer reads the slot with
 // load16_acquire_system and sees either the old or the new 16 bytes, never a mix, as long as `p`
-// is 16-byte aligned. The host version (CPU producers) stores `hi` first and `lo` last with
-// release order, so a consumer that sees the new `lo` also sees the new `hi`.
+// is 16-byte aligned. Caveat, stated plainly: PTX's memory model treats the two elements of a
+// vector store as two accesses; single-copy atomicity of the pair is a property of the hardware
+// path (one aligned 16-byte PCIe write, which x86 root complexes apply to one cache line as a
+// unit), not of the PTX model. tests/gpu/channel cross-checks every field of every command, so a
+// torn slot on a machine where this does not hold fails the test instead of passing silently.
+// The release covers this thread's earlier writes and what it observed (cumulativity): a warp
+// whose lanes wrote a payload must __syncwarp() before one lane publishes.
+// The host version (CPU producers) stores `hi` first and `lo` last with release order, so a
+// consumer that sees the new `lo` also sees the new `hi`.
 ANYEP_HD ANYEP_INLINE void store16_release_system(uint64_t* p, uint64_t lo, uint64_t hi) {
 #if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
   asm volatile("st.release.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(lo), "l"(hi) : "memory");
@@ -161,6 +172,79 @@ ANYEP_HD ANYEP_INLINE void fence_system() {
 #endif
 }
 
+// ---- warp-level helpers (warp-cooperative producers) ---------------------------------------------
+// On the host a "warp" is the calling thread alone: lane 0 of a one-lane warp, so code written for
+// warps also runs in CPU producer threads.
+
+// Bit mask of the lanes of this warp that are executing the call.
+ANYEP_HD ANYEP_INLINE uint64_t warp_active_mask() {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __activemask();
+#elif defined(ANYEP_DEVICE_PASS)
+  return __ballot(1);
+#else
+  return 1;
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE int warp_lane() {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  uint32_t l;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+  return static_cast<int>(l);
+#elif defined(ANYEP_DEVICE_PASS)
+  return __lane_id();
+#else
+  return 0;
+#endif
+}
+
+// Broadcast `v` from lane `src` to the lanes in `mask` (all of which must call this).
+ANYEP_HD ANYEP_INLINE uint64_t warp_broadcast(uint64_t mask, uint64_t v, int src) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __shfl_sync(static_cast<unsigned>(mask), static_cast<unsigned long long>(v), src);
+#elif defined(ANYEP_DEVICE_PASS)
+  (void)mask;
+  return __shfl(v, src);
+#else
+  (void)mask;
+  (void)src;
+  return v;
+#endif
+}
+
+// Lanes of `mask` whose `v` equals this lane's (all lanes of `mask` must call this).
+ANYEP_HD ANYEP_INLINE uint64_t warp_match_any(uint64_t mask, uint64_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __match_any_sync(static_cast<unsigned>(mask), static_cast<unsigned long long>(v));
+#elif defined(ANYEP_DEVICE_PASS)
+  (void)mask;
+  (void)v;
+  return 1ull << __lane_id();  // no match instruction: every lane is its own group (correct, slower)
+#else
+  (void)mask;
+  (void)v;
+  return 1;
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE int popcount64(uint64_t x) {
+#if defined(ANYEP_DEVICE_PASS)
+  return __popcll(x);
+#else
+  return __builtin_popcountll(x);
+#endif
+}
+
+// Index of the lowest set bit (x != 0).
+ANYEP_HD ANYEP_INLINE int lowest_bit64(uint64_t x) {
+#if defined(ANYEP_DEVICE_PASS)
+  return __ffsll(static_cast<long long>(x)) - 1;
+#else
+  return __builtin_ctzll(x);
+#endif
+}
+
 // ---- time and failure ----------------------------------------------------------------------------
 
 // Nanoseconds from a monotonic clock (the GPU's global timer on the device).
@@ -178,14 +262,19 @@ ANYEP_HD ANYEP_INLINE uint64_t now_ns() {
 #endif
 }
 
-// Polite spin hint.
+// Polite spin hint, called only by waits that found nothing to do (full ring, not yet done).
+// On the host it gives the core away: a waiting CPU producer may share cores with the consumer
+// it waits for (CI has 2 cores), and a pause-only spin would burn its whole time slice.
 ANYEP_HD ANYEP_INLINE void spin_pause() {
 #if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
   __nanosleep(32);
 #elif defined(ANYEP_DEVICE_PASS)
   __builtin_amdgcn_s_sleep(1);
-#elif defined(__x86_64__)
+#else
+#if defined(__x86_64__)
   __builtin_ia32_pause();
+#endif
+  sched_yield();
 #endif
 }
 

@@ -1,0 +1,40 @@
+// Kernels of the GPU channel test, callable from host C++ (the gtest side is plain C++).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "channel/ring.h"
+
+namespace anyep::gputest {
+
+// Lane `p` (global thread id) is producer p. Its command j goes into ring ring_of(p, j, ...)
+// and encodes, redundantly, who sent it and which one it is (see expected_cmd), so the consumer
+// can check exactly-once, per-producer order, and that no slot was torn.
+struct PushParams {
+  const RingHandle* rings;   // device array of producer handles (Channel::producer_array())
+  uint32_t num_rings;
+  uint32_t per_lane;         // commands each producing lane pushes
+  uint32_t lanes_per_warp;   // lanes 0..lanes_per_warp-1 of each warp produce (<= 32)
+  int warp_push;             // 1: RingHandle::push_warp, 0: RingHandle::push
+  int spread_lanes;          // 1: lanes of a warp push into different rings at the same time
+  uint32_t* progress;        // mapped host memory, one per lane: pushes completed (nullable)
+  uint32_t* failures;        // device memory: pushes that returned kPushFailed
+};
+
+cudaError_t launch_push(const PushParams& p, uint32_t warps, uint32_t warps_per_block, cudaStream_t s);
+
+ANYEP_HD inline uint32_t ring_of(uint32_t p, uint32_t j, uint32_t num_rings, int spread_lanes) {
+  return (p / 32 + j + (spread_lanes ? p % 32 : 0)) % num_rings;
+}
+
+// The command producer p sends as its j-th: a WRITE whose fields all derive from (p, j, ring).
+ANYEP_HD inline TransferCmd expected_cmd(uint32_t p, uint32_t j, uint32_t ring) {
+  TransferCmd c{};
+  try_make_write(&c, p & cmd::kMaxDstRank, uint64_t{j} * cmd::kOffsetAlign, uint64_t{p} * cmd::kOffsetAlign,
+                 j & cmd::kMaxLength, ring, (p ^ j) & 1);
+  return c;
+}
+
+}  // namespace anyep::gputest
