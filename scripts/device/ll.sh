@@ -11,10 +11,18 @@ DEPS=${1:-$PWD/.deps/usr}
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 PY=$(command -v python3)
 summary=()
+START=$(date +%s)
+BUDGET=${LL_BUDGET_S:-570}  # the whole script stays under the device tool's 600 s per call
 
-step() {  # step NAME TIMEOUT CMD...
+step() {  # step NAME TIMEOUT CMD...  (the timeout shrinks to what is left of BUDGET)
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
+  local left=$(( BUDGET - (t0 - START) - 5 ))
+  if [ "$left" -lt 15 ]; then
+    summary+=("$(printf '%-10s skipped (budget spent)' "$name")")
+    return 124
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   summary+=("$(printf '%-10s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
