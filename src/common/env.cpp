@@ -21,6 +21,7 @@ const std::vector<VarInfo>& all_vars() {
       {"ANYEP_LOG_LEVEL", "warn", "log verbosity: error, warn, info, debug"},
       {"ANYEP_PROXY_CPUS", "auto", "proxy thread pinning: auto (GPU's NUMA node when known), none, or a CPU list like 0-3,8"},
       {"ANYEP_PROXY_ORDERING", "auto", "receiver ordering: auto (bypass when the transport orders writes), engine, bypass"},
+      {"ANYEP_PROXY_RANKS_PER_HOST", "0", "ranks per host for barriers: 0 detects hosts by hostname + boot id; N splits ranks into emulated hosts of N consecutive ranks"},
       {"ANYEP_PROXY_THREADS", "4", "proxy threads per GPU (each owns rings and its own transport endpoint)"},
       {"ANYEP_TIMEOUT_S", "30", "seconds any wait (device spin, quiet, barrier, bootstrap) may take before it fails"},
   };

@@ -72,6 +72,11 @@ Proxy::Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_p
   const uint64_t timeout_ns = cfg.timeout_ns ? cfg.timeout_ns
                                              : static_cast<uint64_t>(env::get_double("ANYEP_TIMEOUT_S") * 1e9);
   sym_ = std::make_unique<SymmetricMemory>(regions);
+  int64_t rph = cfg.ranks_per_node;
+  if (rph == 0) rph = env::get_int("ANYEP_PROXY_RANKS_PER_HOST");
+  if (rph < 0 || rph > 1 << 20)
+    throw InvalidArgument("proxy: ranks per host " + std::to_string(rph) + " (ANYEP_PROXY_RANKS_PER_HOST): expected 0 (detect) or >= 1");
+  hosts_ = setup_hosts(boot, static_cast<uint32_t>(rph), T);
 
   for (uint32_t t = 0; t < T; ++t) {
     ThreadSetup s;
@@ -82,6 +87,8 @@ Proxy::Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_p
     s.cfg = cfg;
     s.timeout_ns = timeout_ns;
     s.bypass = bypass_;
+    s.hosts = &hosts_.layout;
+    s.shm = hosts_.shm.get();
     s.engine = EngineConfig{rank_, num_ranks_, cfg.num_tags, cfg.max_pending, timeout_ns, bypass_, cfg.counters,
                             cfg.num_counters};
     std::vector<RingConsumer*> rings;

@@ -19,6 +19,7 @@
 
 #include "channel/channel.h"
 #include "proxy/async_error.h"
+#include "proxy/host_barrier.h"
 #include "proxy/symmetric_memory.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/transport.h"
@@ -40,7 +41,10 @@ struct ProxyConfig {
   uint64_t timeout_ns = 0;         // 0: ANYEP_TIMEOUT_S
   int ordering = -1;               // -1: ANYEP_PROXY_ORDERING; else an Ordering value
   bool native_atomics = false;     // opt-in; Unsupported when the transport has none
-  uint32_t ranks_per_node = 1;     // rail barrier: peers with the same rank % ranks_per_node
+  // Ranks per host: 0 = ANYEP_PROXY_RANKS_PER_HOST (whose 0 = detect from host identities); N =
+  // emulated hosts of N consecutive ranks. BARRIER meets through shared memory within a host; the
+  // rail barrier joins the ranks with the same index on their host.
+  uint32_t ranks_per_node = 0;
   int numa_node = -1;              // pin threads to this node's CPUs (ANYEP_PROXY_CPUS overrides)
   std::vector<int> cpus;           // explicit CPUs (ANYEP_PROXY_CPUS overrides)
   uint64_t* counters = nullptr;    // signal targets in host memory (GPU-mapped for kernels)
@@ -81,6 +85,8 @@ class Proxy {
   uint32_t num_ranks() const { return num_ranks_; }
   uint32_t num_threads() const { return static_cast<uint32_t>(threads_.size()); }
   bool bypass() const { return bypass_; }
+  const HostLayout& hosts() const { return hosts_.layout; }
+  const HostShm* host_shm() const { return hosts_.shm.get(); }  // null: one rank on this host
   const SymmetricMemory& memory() const { return *sym_; }
   ProxyStats stats() const;  // sum over threads (relaxed reads; exact once stopped)
 
@@ -92,6 +98,7 @@ class Proxy {
   uint32_t rank_, num_ranks_;
   bool bypass_ = false;
   std::unique_ptr<SymmetricMemory> sym_;
+  Hosts hosts_;
   AsyncError error_;
   std::vector<std::unique_ptr<ProxyThread>> threads_;
   std::vector<std::thread> running_;

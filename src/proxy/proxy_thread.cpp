@@ -32,8 +32,9 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
                           " rings; at most 64 per thread (use more threads)");
   if (s.cfg.signal_slots < 4 || (s.cfg.signal_slots & (s.cfg.signal_slots - 1)))
     throw InvalidArgument("proxy: signal_slots must be a power of two >= 4 (got " + std::to_string(s.cfg.signal_slots) + ")");
-  if (s.cfg.staging_slots == 0 || s.cfg.batch == 0 || s.cfg.ranks_per_node == 0)
-    throw InvalidArgument("proxy: staging_slots, batch and ranks_per_node must be >= 1");
+  if (s.cfg.staging_slots == 0 || s.cfg.batch == 0)
+    throw InvalidArgument("proxy: staging_slots and batch must be >= 1");
+  if (!s.hosts || s.hosts->host_of.size() != s.num_ranks) throw InternalError("proxy thread: no host layout");
   for (RingConsumer* r : rings) rings_.push_back(RingState{r});
 
   const uint32_t n = s.num_ranks;
@@ -58,7 +59,7 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
   slot_read_.assign(area, 0);
   next_unread_.assign(n, 0);
   credit_owed_.assign(n, 0);
-  for (int k = 0; k < 2; ++k) barriers_in_[k].assign(n, 0), last_epoch_in_[k].assign(n, 0);
+  for (int k = 0; k < 2; ++k) barriers_in_[k].assign(n, 0), epoch_in_[k].assign(2 * static_cast<size_t>(n), 0);
   batch_.resize(s.cfg.batch);
   comps_.resize(256);
   imms_.resize(256);
@@ -165,6 +166,7 @@ ProxyThread::Step ProxyThread::execute(uint32_t r, const TransferCmd& c, uint64_
       st.epoch = cmd_epoch(c);
       st.target = ++barriers_out_[rail];
       st.next_peer = 0;
+      st.phase = 0;
       return Step::kBlocked;
     }
     default:
@@ -300,7 +302,10 @@ ProxyThread::Step ProxyThread::start_quiet(uint32_t r, const TransferCmd& c, uin
 }
 
 bool ProxyThread::in_barrier_set(uint32_t peer, bool rail) const {
-  return !rail || peer % s_.cfg.ranks_per_node == s_.rank % s_.cfg.ranks_per_node;
+  // Rail: the same index on every host. All ranks: host leaders over the transport (the other
+  // local ranks meet their leader in shared memory); with one rank per host, every rank.
+  const HostLayout& L = *s_.hosts;
+  return rail ? L.local_index[peer] == L.local_index[s_.rank] : L.is_leader(peer);
 }
 
 bool ProxyThread::try_finish(uint32_t r, uint64_t now) {
@@ -309,7 +314,60 @@ bool ProxyThread::try_finish(uint32_t r, uint64_t now) {
     for (uint64_t b = st.quiet_mask; b; b &= b - 1)
       if (rings_[__builtin_ctzll(b)].outstanding) return false;
     for (uint64_t b = st.quiet_mask & ~(1ull << r); b; b &= b - 1) --rings_[__builtin_ctzll(b)].frozen;
-  } else {
+  } else if (st.rail || !s_.shm) {
+    if (!flat_barrier(r)) return false;
+  } else if (!host_barrier(r)) {
+    return false;
+  }
+  st.block = Block::kNone;
+  st.ring->pop(1);
+  local_.commands += 1;
+  (void)now;
+  return true;
+}
+
+bool ProxyThread::host_barrier(uint32_t r) {
+  RingState& st = rings_[r];
+  const HostLayout& L = *s_.hosts;
+  const uint32_t epoch = static_cast<uint32_t>(st.epoch);
+  if (st.phase == 0) {
+    // Our writes are remotely complete before we announce arrival, so whoever leaves sees them.
+    if (st.outstanding) return false;
+    BarrierWord& w = s_.shm->arrival(s_.index, L.local_index[s_.rank]);
+    w.epoch.store(epoch, std::memory_order_relaxed);
+    // Release: the epoch (and everything this rank did before) is visible to the leader that
+    // acquires the count.
+    w.count.store(static_cast<uint32_t>(st.target), std::memory_order_release);
+    st.phase = 1;
+  }
+  BarrierWord& rel = s_.shm->release(s_.index);
+  if (!L.leader()) return rel.count.load(std::memory_order_acquire) >= st.target;
+  if (st.phase == 1) {
+    for (uint32_t j = 1; j < L.local_size(); ++j)
+      if (s_.shm->arrival(s_.index, j).count.load(std::memory_order_acquire) < st.target) return false;
+    // A local rank cannot have entered the next barrier yet (it waits for our release), so the
+    // epoch read here is the one it stored for this barrier.
+    for (uint32_t j = 1; j < L.local_size(); ++j) {
+      const uint32_t e = s_.shm->arrival(s_.index, j).epoch.load(std::memory_order_relaxed);
+      if (e != epoch) {
+        fatal(anyepInvalidArgument, where(r) + ": BARRIER #" + std::to_string(st.target) + ": " +
+                                        L.name(L.local_ranks[j]) + " entered it with epoch " + std::to_string(e) +
+                                        " but this rank with epoch " + std::to_string(epoch) + " (mismatched barriers)");
+        return false;
+      }
+    }
+    st.phase = 2;
+  }
+  if (L.num_hosts > 1 && !flat_barrier(r)) return false;
+  rel.epoch.store(epoch, std::memory_order_relaxed);
+  // Release: every local rank that acquires this count leaves after all hosts entered.
+  rel.count.store(static_cast<uint32_t>(st.target), std::memory_order_release);
+  return true;
+}
+
+bool ProxyThread::flat_barrier(uint32_t r) {
+  RingState& st = rings_[r];
+  {
     // BARRIER: this ring's writes are remotely complete first, so whoever leaves the barrier
     // sees them; then our arrival goes to every member; then we wait for theirs.
     if (st.outstanding) return false;
@@ -329,11 +387,21 @@ bool ProxyThread::try_finish(uint32_t r, uint64_t now) {
     if (st.outstanding) return false;
     for (uint32_t p = 0; p < s_.num_ranks; ++p)
       if (p != s_.rank && in_barrier_set(p, st.rail) && barriers_in_[st.rail][p] < st.target) return false;
+    // A member is at most one barrier ahead (it needs our arrival to leave this one), so arrivals
+    // n and n+1 sit in different halves of its two-entry epoch record.
+    const uint32_t mine = static_cast<uint32_t>(st.epoch) & imm::kEpochMask;
+    for (uint32_t p = 0; p < s_.num_ranks; ++p) {
+      if (p == s_.rank || !in_barrier_set(p, st.rail)) continue;
+      const uint32_t e = epoch_in_[st.rail][2 * p + (st.target & 1)];
+      if (e != mine) {
+        fatal(anyepInvalidArgument, where(r) + ": " + (st.rail ? "rail " : "") + "BARRIER #" + std::to_string(st.target) +
+                                        ": " + s_.hosts->name(p) + " entered it with epoch " + std::to_string(e) +
+                                        " but this rank with epoch " + std::to_string(mine) +
+                                        " (mod 2^16; mismatched barriers)");
+        return false;
+      }
+    }
   }
-  st.block = Block::kNone;
-  st.ring->pop(1);
-  local_.commands += 1;
-  (void)now;
   return true;
 }
 
@@ -394,9 +462,18 @@ bool ProxyThread::poll_transport(uint64_t now) {
           fatal(anyepTransportError, where(~0u) + ": malformed barrier immediate from rank " + std::to_string(src));
           return false;
         }
-        ++barriers_in_[imm::barrier_rail(v)][src];
-        last_epoch_in_[imm::barrier_rail(v)][src] = imm::barrier_epoch(v);
+      {
+        const bool rail = imm::barrier_rail(v);
+        if (!in_barrier_set(src, rail) || (!rail && !s_.hosts->leader())) {
+          fatal(anyepTransportError, where(~0u) + ": " + (rail ? "rail " : "") + "barrier arrival from " +
+                                         s_.hosts->name(src) + ", which is not a member of this rank's barrier " +
+                                         "(ranks disagree on the host layout?)");
+          return false;
+        }
+        const uint32_t n = ++barriers_in_[rail][src];
+        epoch_in_[rail][2 * src + (n & 1)] = static_cast<uint16_t>(imm::barrier_epoch(v));
         break;
+      }
       case imm::Kind::kCredit:
         sig_credit_[src] += imm::credit_slots(v);
         if (sig_credit_[src] > s_.cfg.signal_slots) {
@@ -430,6 +507,40 @@ void ProxyThread::send_credits() {
   }
 }
 
+std::string ProxyThread::barrier_missing(const RingState& st) const {
+  const HostLayout& L = *s_.hosts;
+  std::string m;
+  uint32_t shown = 0;
+  if (st.outstanding) m = " (own ring still has " + std::to_string(st.outstanding) + " incomplete writes)";
+  const bool local = !st.rail && s_.shm;
+  if (local && st.phase >= 1) {
+    // Ranks of this host that have not stored their arrival (any local rank can read the words).
+    for (uint32_t j = 0; j < L.local_size() && shown < 16; ++j) {
+      const uint32_t c = s_.shm->arrival(s_.index, j).count.load(std::memory_order_acquire);
+      const uint32_t p = L.local_ranks[j];
+      if (c < st.target)
+        m += " rank " + std::to_string(p) + " (host " + std::to_string(L.host) + ", entered " + std::to_string(c) + ")", ++shown;
+    }
+    if (!L.leader()) {
+      if (!shown)
+        m += " another host: every rank of host " + std::to_string(L.host) + " entered; its leader rank " +
+             std::to_string(L.leader_of_host[L.host]) + " waits for the other hosts' leaders";
+      return m;
+    }
+    if (shown || st.phase < 2) return m;
+  } else if (local) {
+    return m;
+  }
+  for (uint32_t p = 0; p < s_.num_ranks && shown < 16; ++p)
+    if (p != s_.rank && in_barrier_set(p, st.rail) && barriers_in_[st.rail][p] < st.target) {
+      const std::string n = std::to_string(barriers_in_[st.rail][p]);
+      m += local ? " host " + std::to_string(L.host_of[p]) + " (its leader rank " + std::to_string(p) + " entered " + n + ")"
+                 : " rank " + std::to_string(p) + " (host " + std::to_string(L.host_of[p]) + ", entered " + n + ")";
+      ++shown;
+    }
+  return m;
+}
+
 void ProxyThread::check_timeouts(uint64_t now) {
   if (int rc = engine_.check_timeouts(now)) {
     fatal(status_of(rc), engine_.last_error());
@@ -453,17 +564,9 @@ void ProxyThread::check_timeouts(uint64_t now) {
       }
       fatal(anyepTimeout, where(r) + ": QUIET waited more than " + limit + " for remote completion of earlier commands:" + what);
     } else {
-      std::string missing;
-      uint32_t shown = 0;
-      if (st.outstanding) missing = " (own ring still has " + std::to_string(st.outstanding) + " incomplete writes)";
-      for (uint32_t p = 0; p < s_.num_ranks && shown < 16; ++p)
-        if (p != s_.rank && in_barrier_set(p, st.rail) && barriers_in_[st.rail][p] < st.target) {
-          missing += " rank " + std::to_string(p) + " (entered " + std::to_string(barriers_in_[st.rail][p]) + ")";
-          ++shown;
-        }
       fatal(anyepTimeout, where(r) + ": " + (st.rail ? "rail " : "") + "BARRIER #" + std::to_string(st.target) +
                               " (epoch " + std::to_string(st.epoch) + ") waited more than " + limit +
-                              "; not entered by:" + missing);
+                              "; not entered by:" + barrier_missing(st));
     }
     return;
   }

@@ -13,6 +13,7 @@
 
 #include "channel/channel.h"
 #include "proxy/async_error.h"
+#include "proxy/host_barrier.h"
 #include "proxy/imm_format.h"
 #include "proxy/ordering_engine.h"
 #include "proxy/proxy.h"
@@ -27,7 +28,9 @@ struct ThreadSetup {
   uint32_t rank = 0, num_ranks = 1;
   uint64_t timeout_ns = 0;  // resolved (never 0)
   bool bypass = false;      // resolved from cfg.ordering and the transport
-  ProxyConfig cfg;          // sizes: num_tags, signal_slots, staging_slots, batch, ranks_per_node
+  ProxyConfig cfg;          // sizes: num_tags, signal_slots, staging_slots, batch
+  const HostLayout* hosts = nullptr;  // owned by the Proxy
+  HostShm* shm = nullptr;             // null when this host has one rank
   EngineConfig engine;
 };
 
@@ -66,6 +69,7 @@ class ProxyThread {
     uint64_t epoch = 0;
     uint32_t target = 0;        // barriers every member must have entered
     uint32_t next_peer = 0;     // next peer to send our arrival to
+    uint8_t phase = 0;          // hierarchical: 0 quiet, 1 local ranks arrive, 2 across hosts
   };
   struct SendGroup {
     uint8_t segment = 0;        // ordered signals sent on (dst, tag), mod 256
@@ -82,6 +86,9 @@ class ProxyThread {
   bool poll_transport(uint64_t now);
   void send_credits();
   bool in_barrier_set(uint32_t peer, bool rail) const;
+  bool flat_barrier(uint32_t r);  // over the transport: rail members, or host leaders
+  bool host_barrier(uint32_t r);  // shared memory within the host, leaders across hosts
+  std::string barrier_missing(const RingState& st) const;
   void check_timeouts(uint64_t now);
   void publish_stats();
   Step reject(uint32_t r, const TransferCmd& c, const std::string& why);
@@ -116,7 +123,7 @@ class ProxyThread {
   std::vector<uint32_t> next_unread_;   // [num_ranks] oldest signal seq not yet read
   std::vector<uint32_t> credit_owed_;   // [num_ranks] credits not yet sent (EAGAIN)
   std::vector<uint32_t> barriers_in_[2];  // [all|rail][num_ranks] barrier arrivals counted
-  std::vector<uint32_t> last_epoch_in_[2];
+  std::vector<uint16_t> epoch_in_[2];     // [all|rail][num_ranks][2] epoch of arrival n at n & 1
   uint32_t barriers_out_[2] = {0, 0};     // barriers this thread entered
 
   std::vector<TransferCmd> batch_;

@@ -25,6 +25,7 @@ LocalClusterConfig small(uint32_t ranks, int ordering, uint64_t timeout_ms = 200
   c.proxy.ordering = ordering;
   c.proxy.num_tags = 16;
   c.proxy.timeout_ns = timeout_ms * 1000000ull;
+  c.proxy.ranks_per_node = 1;  // every rank its own host: flat barriers (test_host_barrier covers hosts)
   return c;
 }
 
@@ -181,7 +182,7 @@ TEST(ProxyFailures, BarrierWithAnAbsentRankTimesOutNamingIt) {
   ASSERT_NE(h0.push(make_barrier(false, 1)), kPushFailed);
   ASSERT_NE(h1.push(make_barrier(false, 1)), kPushFailed);  // rank 2 never enters
   const std::string e = wait_error(cl, 10);
-  EXPECT_NE(e.find("BARRIER #1 (epoch 1) waited more than 300 ms; not entered by: rank 2 (entered 0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("BARRIER #1 (epoch 1) waited more than 300 ms; not entered by: rank 2 (host 2, entered 0)"), std::string::npos) << e;
 }
 
 // A transport whose writes land but never report local completion: QUIET must end in an error
