@@ -7,7 +7,8 @@
 // applied every signal, so the figure is end to end: push -> proxy -> transport -> engine ->
 // counter. Baseline in the same run: the channel alone (T producers, T consumers that only pop).
 //
-//   proxy_bench [--threads 1,2,4,8] [--backends loopback,shm] [--commands N] [--payload B] [--reps R]
+//   proxy_bench [--threads 1,2,4,8] [--backends loopback,shm] [--orderings bypass,engine] [--commands N]
+//               [--payload B] [--reps R] [--no-engine-alone]
 #include <sched.h>
 #include <unistd.h>
 
@@ -40,6 +41,8 @@ struct Opts {
   uint64_t commands = 1'000'000;  // per producer; rounded down to a multiple of 8
   uint32_t payload = 64;
   int reps = 3;
+  std::vector<std::string> orderings{"bypass", "engine"};
+  bool engine_alone = true;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -205,7 +208,13 @@ int main(int argc, char** argv) {
     else if (a == "--commands") o.commands = std::stoull(val());
     else if (a == "--payload") o.payload = std::stoul(val());
     else if (a == "--reps") o.reps = std::stoi(val());
-    else { std::fprintf(stderr, "usage: %s [--threads 1,2,4,8] [--backends loopback,shm] [--commands N] [--payload B] [--reps R]\n", argv[0]); return 2; }
+    else if (a == "--orderings") o.orderings = split(val());
+    else if (a == "--no-engine-alone") o.engine_alone = false;
+    else {
+      std::fprintf(stderr, "usage: %s [--threads 1,2,4,8] [--backends loopback,shm] [--orderings bypass,engine] "
+                           "[--commands N] [--payload B] [--reps R] [--no-engine-alone]\n", argv[0]);
+      return 2;
+    }
   }
   ::setenv("FI_TCP_IFACE", "lo", 0);
   char host[256] = {0};
@@ -216,7 +225,7 @@ int main(int argc, char** argv) {
   std::printf("\nworkload: per producer %llu commands = rounds of 7 WRITE x %u B + 1 count SIGNAL; 2 ranks in one "
               "process, rank 0 sends; median of %d runs; end to end (last signal applied at rank 1)\n",
               (unsigned long long)(o.commands / 8 * 8), o.payload, o.reps);
-  {
+  if (o.engine_alone) {
     std::vector<double> v;
     for (int r = 0; r < o.reps; ++r) v.push_back(engine_alone(8'000'000));
     std::printf("ordering engine alone (one thread, no transport, LL-shaped events, half the signals held): "
@@ -224,8 +233,13 @@ int main(int argc, char** argv) {
   }
   std::printf("%-9s %-7s %2s %14s %9s %20s\n", "backend", "order", "T", "Mcommands/s", "GB/s", "baseline chan Mcmd/s");
   for (const std::string& be : o.backends)
-    for (int ordering : {static_cast<int>(Ordering::kBypass), static_cast<int>(Ordering::kEngine)})
+    for (const std::string& ord : o.orderings)
       for (uint32_t T : o.threads) {
+        if (ord != "bypass" && ord != "engine") {
+          std::fprintf(stderr, "--orderings: '%s' is neither bypass nor engine\n", ord.c_str());
+          return 2;
+        }
+        const int ordering = static_cast<int>(ord == "engine" ? Ordering::kEngine : Ordering::kBypass);
         std::vector<double> c, g, b;
         Result last;
         try {

@@ -1,6 +1,8 @@
 #include "transport/loopback/loopback_transport.h"
 
+#include <algorithm>
 #include <cstring>
+#include <atomic>
 #include <deque>
 #include <mutex>
 
@@ -15,17 +17,88 @@ struct Region {
   uint64_t length = 0;
 };
 static_assert(sizeof(Region) == 16, "Region is the loopback descriptor format");
-struct Inbox {
-  std::mutex mu;
-  std::deque<ImmEvent> imms;
+
+// Immediates from one source endpoint to one destination endpoint. Each endpoint is driven by one
+// thread (transport.h), so this is single producer (the source's thread, in post_*) and single
+// consumer (the destination's thread, in poll): a lock-free ring, with each side caching the
+// other's index so an idle poll reads one line that only changes when something was published.
+// When the ring is full the producer spills into a locked overflow list and keeps using it until
+// the consumer drained it; the consumer takes the overflow only when the ring is empty. Ring
+// entries are always older than overflow entries, so the pair stays in posting order.
+struct PairQueue {
+  explicit PairQueue(uint32_t n) : slots(new uint32_t[n]), capacity(n) {}
+  // Producer's line.
+  alignas(64) std::atomic<uint64_t> tail{0};
+  uint64_t head_seen = 0;   // producer's last view of head
+  bool spilled = false;     // producer: overflow holds entries, append there
+  // Consumer's line.
+  alignas(64) std::atomic<uint64_t> head{0};
+  uint64_t tail_seen = 0;   // consumer's last view of tail
+  alignas(64) const std::unique_ptr<uint32_t[]> slots;
+  const uint64_t capacity;  // power of two
+  std::atomic<bool> has_overflow{false};
+  std::mutex mu;            // overflow only (a full ring: the consumer is not polling)
+  std::deque<uint32_t> overflow;
+
+  void push(uint32_t imm) {
+    uint64_t t = tail.load(std::memory_order_relaxed);
+    if (!spilled && t - head_seen == capacity) head_seen = head.load(std::memory_order_acquire);
+    if (spilled || t - head_seen == capacity) {
+      std::lock_guard<std::mutex> g(mu);
+      if (spilled && overflow.empty()) {
+        spilled = false;  // the consumer took everything: the ring is usable again
+        head_seen = head.load(std::memory_order_acquire);
+      }
+      if (spilled || t - head_seen == capacity) {
+        overflow.push_back(imm);
+        has_overflow.store(true, std::memory_order_relaxed);  // read under mu or as a hint
+        spilled = true;
+        return;
+      }
+    }
+    slots[t & (capacity - 1)] = imm;
+    // Release: the slot (and the write's data, copied before the call) is visible to the
+    // consumer that acquires the new tail.
+    tail.store(t + 1, std::memory_order_release);
+  }
+
+  // Appends up to `max` entries to out[]; returns how many.
+  size_t pop(uint32_t src, ImmEvent* out, size_t max) {
+    uint64_t h = head.load(std::memory_order_relaxed);
+    if (h == tail_seen) tail_seen = tail.load(std::memory_order_acquire);
+    size_t n = 0;
+    for (; n < max && h != tail_seen; ++n, ++h) out[n] = {src, slots[h & (capacity - 1)]};
+    if (n) head.store(h, std::memory_order_release);  // release: the producer may reuse the slots
+    if (n < max && h == tail_seen && has_overflow.load(std::memory_order_relaxed)) {
+      // Re-check the ring under the lock: the producer does not append to it while spilled, so an
+      // empty ring here means every ring entry is older than the overflow's first.
+      std::lock_guard<std::mutex> g(mu);
+      if (tail.load(std::memory_order_acquire) == h) {
+        for (; n < max && !overflow.empty(); ++n) {
+          out[n] = {src, overflow.front()};
+          overflow.pop_front();
+        }
+        has_overflow.store(!overflow.empty(), std::memory_order_relaxed);
+      }
+    }
+    return n;
+  }
 };
 
 }  // namespace
 
 class Fabric {
  public:
-  explicit Fabric(uint32_t n) : inboxes(n), claimed(n, false) {}
-  std::vector<Inbox> inboxes;
+  explicit Fabric(uint32_t n) : n(n), queues(static_cast<size_t>(n) * n), claimed(n, false) {
+    // Deep rings (a sender rarely spills) within ~4 MiB of slots per fabric: 4096 per pair up to
+    // 16 ranks, fewer beyond (the overflow keeps it correct at any depth).
+    uint64_t slots = 4096;
+    while (slots > 64 && slots * n * n > (1u << 20)) slots /= 2;
+    for (auto& q : queues) q = std::make_unique<PairQueue>(static_cast<uint32_t>(slots));
+  }
+  PairQueue& queue(uint32_t src, uint32_t dst) { return *queues[static_cast<size_t>(dst) * n + src]; }
+  uint32_t n;
+  std::vector<std::unique_ptr<PairQueue>> queues;  // [dst][src]
   std::mutex mu;
   std::vector<bool> claimed;
 };
@@ -47,7 +120,7 @@ class LoopbackTransport final : public Transport {
 
   const Capabilities& capabilities() const override { return caps_; }
   uint32_t rank() const override { return rank_; }
-  uint32_t num_ranks() const override { return static_cast<uint32_t>(fabric_->inboxes.size()); }
+  uint32_t num_ranks() const override { return fabric_->n; }
 
   MrId register_memory(void* base, size_t length, MemKind kind) override {
     if (kind != MemKind::kHost) throw Unsupported("loopback transport: only host memory can be registered");
@@ -105,18 +178,22 @@ class LoopbackTransport final : public Transport {
 
   int poll(Completion* comps, size_t max_comps, size_t* n_comps, ImmEvent* imms, size_t max_imms,
            size_t* n_imms) override {
-    *n_comps = 0;
-    while (*n_comps < max_comps && !comps_.empty()) {
-      comps[(*n_comps)++] = comps_.front();
-      comps_.pop_front();
+    // Local completions: a vector drained from the front, cleared once empty (no allocation once
+    // it reached its working size).
+    const size_t nc = std::min(max_comps, comps_.size() - comps_read_);
+    if (nc) std::memcpy(comps, comps_.data() + comps_read_, nc * sizeof(Completion));
+    comps_read_ += nc;
+    if (comps_read_ == comps_.size()) comps_.clear(), comps_read_ = 0;
+    *n_comps = nc;
+    // Immediates: every source's queue, starting one further each call so no source starves.
+    size_t ni = 0;
+    const uint32_t n = fabric_->n;
+    for (uint32_t k = 0; k < n && ni < max_imms; ++k) {
+      const uint32_t src = next_src_ + k < n ? next_src_ + k : next_src_ + k - n;
+      ni += fabric_->queue(src, rank_).pop(src, imms + ni, max_imms - ni);
     }
-    *n_imms = 0;
-    Inbox& in = fabric_->inboxes[rank_];
-    std::lock_guard<std::mutex> g(in.mu);
-    while (*n_imms < max_imms && !in.imms.empty()) {
-      imms[(*n_imms)++] = in.imms.front();
-      in.imms.pop_front();
-    }
+    next_src_ = next_src_ + 1 == n ? 0 : next_src_ + 1;
+    *n_imms = ni;
     return 0;
   }
 
@@ -132,18 +209,17 @@ class LoopbackTransport final : public Transport {
     last_error_ = "loopback transport (rank " + std::to_string(rank_) + "): " + std::move(msg);
     return rc;
   }
-  void deliver(uint32_t dst, uint32_t imm) {
-    Inbox& in = fabric_->inboxes[dst];
-    std::lock_guard<std::mutex> g(in.mu);  // the data copy above happens-before the peer's poll
-    in.imms.push_back({rank_, imm});
-  }
+  // The data copy above happens-before the peer's poll (release in push).
+  void deliver(uint32_t dst, uint32_t imm) { fabric_->queue(rank_, dst).push(imm); }
 
   std::shared_ptr<Fabric> fabric_;
   uint32_t rank_;
   Capabilities caps_;
   bool connected_ = false;
   RegionTable regions_;
-  std::deque<Completion> comps_;
+  std::vector<Completion> comps_;
+  size_t comps_read_ = 0;
+  uint32_t next_src_ = 0;
   std::string last_error_;
 };
 
