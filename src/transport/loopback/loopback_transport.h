@@ -1,7 +1,10 @@
 // anyep/src/transport/loopback/loopback_transport.h — in-process, deterministic backend for unit
 // tests: every rank is a Transport object in this process; a write is a memcpy done at post time
 // (so writes to a peer land in posting order), its immediate is queued to the peer at the same
-// time, and its completion is queued locally.
+// time, and its completion is queued locally. Immediates travel through one lock-free
+// single-producer single-consumer queue per (source, destination) endpoint pair (each endpoint is
+// driven by one thread), spilling into a locked overflow only when a receiver stops polling: order
+// per pair is posting order, and the data is in place before its immediate is seen.
 #pragma once
 
 #include <memory>
