@@ -10,9 +10,11 @@
 // abstraction's CPU cost per message from cross-process contention.
 //
 // usage: bench_transport [--providers tcp,shm] [--reps 9] [--window 64] [--min 64] [--max 16M]
-//                        [--bytes-per-point 256M] [--api batch|single]
+//                        [--bytes-per-point 256M] [--api batch|single] [--pin]
+// --pin puts rank r on the r-th CPU this process may use (steadier figures on a small, busy host).
 #include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
+#include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -42,7 +44,23 @@ struct Opts {
   uint64_t min_size = 64, max_size = 16ull << 20;
   uint64_t bytes_per_point = 256ull << 20;
   uint64_t max_msgs = 20000, min_msgs = 64;
+  bool pin = false;
 };
+
+// Pins the calling process to the r-th CPU of its allowed set (no-op with fewer CPUs).
+void pin_to_nth_cpu(uint32_t r) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed)) return;
+  uint32_t seen = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed) && seen++ == r) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      if (sched_setaffinity(0, sizeof one, &one)) std::perror("sched_setaffinity");
+      return;
+    }
+}
 
 uint64_t parse_size(const char* s) {
   char* end = nullptr;
@@ -257,6 +275,7 @@ int main(int argc, char** argv) {
     else if (a == "--max") o.max_size = parse_size(next());
     else if (a == "--bytes-per-point") o.bytes_per_point = parse_size(next());
     else if (a == "--max-msgs") o.max_msgs = parse_size(next());
+    else if (a == "--pin") o.pin = true;
     else if (a == "--api") {
       std::string v = next();
       if (v != "batch" && v != "single") {
@@ -274,8 +293,9 @@ int main(int argc, char** argv) {
   std::printf("# bench_transport: anyep libfabric transport vs raw libfabric on the same endpoint\n");
   std::printf("# command: %s\n# machine: %s\n", cmd.c_str(), machine().c_str());
   std::printf("# 2 processes on this host; window %u writes in flight; %d raw/anyep pairs in alternating order; "
-              "ratio = median of per-pair anyep/raw rate ratios; anyep posts with %s\n",
-              o.window, o.reps, g_single ? "post_write (one call per write)" : "post_writes (batches)");
+              "ratio = median of per-pair anyep/raw rate ratios; anyep posts with %s%s\n",
+              o.window, o.reps, g_single ? "post_write (one call per write)" : "post_writes (batches)",
+              o.pin ? "; rank r pinned to the r-th allowed CPU" : "");
   bool all_ok = true;
   for (const std::string& prov : o.providers) {
     std::string why;
@@ -290,6 +310,7 @@ int main(int argc, char** argv) {
     mp::RunOptions ro;
     ro.timeout_s = 600;
     auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+      if (o.pin) pin_to_nth_cpu(r.rank);
       libfabric::LibfabricConfig cfg;
       cfg.provider = prov;
       cfg.want_hmem = false;  // host memory benchmark
