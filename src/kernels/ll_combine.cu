@@ -1,0 +1,135 @@
+// anyep/src/kernels/ll_combine.cu — low-latency combine (send and receive phases).
+//
+// Send (on the rank owning the experts): one block per local expert (grid-strided). For every
+// row of recv_x that came from source rank r, the BF16 expert output goes straight into the
+// private slot (token, top-k slot) on r (ll_layout.h: combine slot). After all rows of the
+// expert, one thread per rank stores the expert's flag on that rank (release, system scope), so
+// the flag is ordered after the rows; ranks that received nothing from this expert get the flag
+// too, which is how a home rank learns "nothing more is coming".
+// Receive (home rank): one block per token: wait for the flags of the token's experts (acquire,
+// system scope), then out[t] = sum_k w[t,k] * slot[t,k] in FP32, stored as BF16. The last block
+// waits for the remaining flags and resets all of them for the next use of this half.
+#include <cuda_bf16.h>
+
+#include "kernels/ll_device.cuh"
+#include "kernels/ll_kernels.h"
+
+namespace anyep::ll {
+namespace {
+
+__device__ void send_phase(const CombineArgs& a) {
+  const Common& c = a.c;
+  const Layout& g = c.g;
+  const int L = static_cast<int>(g.L()), R = static_cast<int>(g.R), T = static_cast<int>(g.T);
+  const int H = static_cast<int>(g.H);
+  const int64_t RT = static_cast<int64_t>(R) * T;
+  const int nvec = H / 8;  // 16-byte vectors per BF16 row
+  const uint8_t* x = static_cast<const uint8_t*>(a.x);
+
+  for (int l = blockIdx.x; l < L; l += gridDim.x) {
+    for (int r = 0; r < R; ++r) {
+      uint8_t* base = c.peers[r];
+      const int64_t range = a.layout_range[static_cast<int64_t>(l) * R + r];
+      const int begin = static_cast<int>(range >> 32), count = static_cast<int>(range & 0xffffffff);
+      if (base == nullptr) {
+        if (threadIdx.x == 0 && count > 0) dev::report(c.err, kErrNoPeer, c.rank, c.rank * L + l, r, count);
+        continue;
+      }
+      const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
+      for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
+        const int s = i / nvec, v = i - s * nvec;
+        const int t = a.src_info[row0 + s], k = a.src_topk[row0 + s];
+        const uint4 val = dev::ld_nc16(x + (row0 + s) * 2 * H + v * 16);
+        // Layout: combine slot (buf, token t on rank r, top-k slot k) — ll_layout.h.
+        dev::st16(base + g.combine_slot_off(c.buf, t, k) + v * 16, val);
+      }
+    }
+    __syncthreads();  // every row of expert l is written before any of its flags
+    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+      uint8_t* base = c.peers[r];
+      if (base == nullptr) continue;
+      __threadfence_system();
+      // Flag after data: release at system scope covers the rows the block wrote (observed
+      // through __syncthreads); the home rank reads the flag with acquire.
+      dev::st_release_sys(reinterpret_cast<int32_t*>(base + g.combine_flag_off(c.buf, c.rank * L + l)), 1);
+    }
+  }
+}
+
+__device__ void recv_phase(const CombineArgs& a) {
+  const Common& c = a.c;
+  const Layout& g = c.g;
+  const int L = static_cast<int>(g.L()), H = static_cast<int>(g.H), K = c.num_topk;
+  const int E = static_cast<int>(g.E);
+  __shared__ const uint8_t* s_src[kMaxTopk];
+  __shared__ float s_w[kMaxTopk];
+  __shared__ int s_n;
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
+
+  for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    if (threadIdx.x < K) {
+      const int k = threadIdx.x;
+      const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
+      if (e >= 0 && e < E) {
+        const int32_t* flag = reinterpret_cast<const int32_t*>(c.local + g.combine_flag_off(c.buf, e));
+        uint64_t waited = 0;
+        if (dev::wait_nonzero_sys(flag, c.timeout_ns, &waited) == 0)
+          dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, t);
+        if (a.wait_recv_cost_stats)
+          atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + e / L),
+                    static_cast<unsigned long long>(waited));
+        const int j = atomicAdd(&s_n, 1);
+        s_src[j] = c.local + g.combine_slot_off(c.buf, t, k);
+        s_w[j] = a.topk_weights[static_cast<int64_t>(t) * K + k];
+      }
+    }
+    __syncthreads();  // the waiting threads' acquires cover the block's reads below
+    const int n = s_n;
+    for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int j = 0; j < n; ++j) {
+        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(s_src[j]) + v);
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        const float w = s_w[j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(h[i]);
+          acc[2 * i] += w * f.x;
+          acc[2 * i + 1] += w * f.y;
+        }
+      }
+      uint4 o;
+      __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ob[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+      dev::st16(out + static_cast<int64_t>(t) * H + v * 8, o);
+    }
+    __syncthreads();  // s_src/s_w reuse
+  }
+  if (dev::last_block(&c.ws.blocks_done[1])) {
+    // Every expert signals every rank; wait for the flags no token waited on, then reset all of
+    // them (the next writer of this half is causally after this kernel).
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      int32_t* flag = reinterpret_cast<int32_t*>(c.local + g.combine_flag_off(c.buf, e));
+      if (dev::wait_nonzero_sys(flag, c.timeout_ns, nullptr) == 0)
+        dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, -1);
+      *flag = 0;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kBlockThreads, 1) combine_kernel(const __grid_constant__ CombineArgs a) {
+  if (a.c.phases & kPhaseSend) send_phase(a);
+  if (a.c.phases & kPhaseRecv) recv_phase(a);
+}
+
+}  // namespace
+
+cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream) {
+  combine_kernel<<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace anyep::ll

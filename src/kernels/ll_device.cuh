@@ -1,0 +1,84 @@
+// anyep/src/kernels/ll_device.cuh — device helpers shared by the LL kernels: bounded waits,
+// error reporting, the scoped loads/stores the signalling protocol relies on.
+#pragma once
+
+#include <cstdint>
+
+#include "common/portability.h"
+#include "kernels/ll_kernels.h"
+
+namespace anyep::ll::dev {
+
+// First error wins: claim, fill the fields, publish the code last (release at system scope, so a
+// host that sees the code sees the fields).
+__device__ inline void report(ErrorRecord* err, uint32_t code, int rank, int expert, int peer, int value) {
+  if (err == nullptr) return;
+  if (atomicCAS_system(&err->claim, 0u, 1u) == 0u) {
+    err->rank = rank;
+    err->expert = expert;
+    err->peer = peer;
+    err->value = value;
+    port::store_release_system(&err->code, code);
+  }
+}
+
+__device__ __forceinline__ int ld_acquire_sys(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ int ld_acquire_gpu(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// Signal store: release at system scope orders every write this thread made or observed (the
+// data of the tokens it signals for) before the signal, for readers on any GPU.
+__device__ __forceinline__ void st_release_sys(int32_t* p, int v) {
+  asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Completion count among blocks of this GPU: release at GPU scope orders the block's data writes
+// (observed through __syncthreads) before the count the signalling warp acquires.
+__device__ __forceinline__ void red_add_release_gpu(int32_t* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Read-only 16-byte load that bypasses L1 allocation (inputs read once).
+__device__ __forceinline__ uint4 ld_nc16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void st16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
+
+// Spin until *p (acquire, system scope) is non-zero; returns the value, or 0 on timeout.
+__device__ inline int wait_nonzero_sys(const int32_t* p, uint64_t timeout_ns, uint64_t* waited_ns) {
+  const uint64_t start = port::now_ns();
+  for (;;) {
+    const int v = ld_acquire_sys(p);
+    if (v != 0) {
+      if (waited_ns) *waited_ns = port::now_ns() - start;
+      return v;
+    }
+    if (port::now_ns() - start > timeout_ns) return 0;
+  }
+}
+
+// The last block of a grid to call this (per counter) gets true; the counter is reset for the
+// next launch. Every earlier block's writes are visible to the last one (fence + atomic).
+__device__ inline bool last_block(int32_t* counter) {
+  __shared__ int s_last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const int prev = atomicAdd(counter, 1);
+    s_last = (prev == static_cast<int>(gridDim.x) - 1);
+    if (s_last) atomicExch(counter, 0);
+    __threadfence();
+  }
+  __syncthreads();
+  return s_last != 0;
+}
+
+}  // namespace anyep::ll::dev

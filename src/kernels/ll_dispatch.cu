@@ -1,0 +1,262 @@
+// anyep/src/kernels/ll_dispatch.cu — low-latency dispatch (send and receive phases).
+//
+// Send: one block per token (grid-strided). Thread k < K claims a slot in the private region
+// (expert e's local index l, this rank) on e's owner and writes the 16-byte header; then the block
+// streams the payload (BF16 copied, or FP8 cast once per token with one scale per 128 elements)
+// with 16-byte stores to every destination, and counts the token as sent per expert. One warp
+// per expert then waits until all of that expert's tokens are counted and stores the count to the
+// owner (release, system scope): the count is ordered after the data it covers.
+// Receive: one block per (local expert, source rank) region: wait for the count (acquire, system
+// scope), reserve rows in recv_x with an atomic on the expert's row counter (arrival order, as
+// DeepEP packs them), copy payload, scales, source token and top-k slot; the last block publishes
+// recv_count.
+//
+// NVLink peers get direct stores through CUDA IPC pointers (c.peers[r]); a null entry marks a
+// peer that needs the channel -> proxy path (RingHandle::push of WRITE tagged with the local
+// expert, then SIGNAL kFenceCount), which is reported as kErrNoPeer until that path exists.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/ll_device.cuh"
+#include "kernels/ll_kernels.h"
+
+namespace anyep::ll {
+namespace {
+
+constexpr int kMaxGroups = kMaxHidden / kScaleGroup;
+constexpr float kFp8Max = 448.0f;
+
+// Cast 16 BF16 values (two 16-byte vectors) to FP8 e4m3 with multiplier `inv`.
+__device__ __forceinline__ uint4 cast16_fp8(const float* f, float inv) {
+  uint32_t w[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const __nv_fp8x2_storage_t lo =
+        __nv_cvt_float2_to_fp8x2(make_float2(f[4 * q] * inv, f[4 * q + 1] * inv), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t hi =
+        __nv_cvt_float2_to_fp8x2(make_float2(f[4 * q + 2] * inv, f[4 * q + 3] * inv), __NV_SATFINITE, __NV_E4M3);
+    w[q] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+__device__ void send_phase(const DispatchArgs& a) {
+  const Common& c = a.c;
+  const Layout& g = c.g;
+  const int L = static_cast<int>(g.L()), T = static_cast<int>(g.T), H = static_cast<int>(g.H);
+  const int K = c.num_topk, E = static_cast<int>(g.E);
+  __shared__ uint8_t* s_dst[kMaxTopk];
+  __shared__ float s_scale[kMaxGroups];
+  const uint8_t* x = static_cast<const uint8_t*>(a.x);
+
+  for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
+    if (threadIdx.x < K) {
+      const int k = threadIdx.x;
+      const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
+      uint8_t* dst = nullptr;
+      if (e >= E) dev::report(c.err, kErrBadExpert, c.rank, e, -1, t);
+      if (e >= 0 && e < E) {
+        const int owner = e / L;
+        const int slot = atomicAdd(&c.ws.send_slot[e], 1);
+        uint8_t* base = c.peers[owner];
+        if (base == nullptr) {
+          dev::report(c.err, kErrNoPeer, c.rank, e, owner, 0);
+        } else if (slot >= T) {
+          dev::report(c.err, kErrSlotOverflow, c.rank, e, owner, slot);
+        } else {
+          // Layout: dispatch slot (buf, l = e % L, r = this rank, slot) — ll_layout.h.
+          dst = base + g.dispatch_slot_off(c.buf, e % L, c.rank, slot);
+          dev::st16(dst, make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(k), 0u, 0u));
+        }
+      }
+      s_dst[k] = dst;
+    }
+    __syncthreads();
+    const uint8_t* row = x + static_cast<int64_t>(t) * H * 2;
+    if (a.fmt == Format::kBF16) {
+      for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
+        const uint4 val = dev::ld_nc16(row + v * 16);
+        for (int k = 0; k < K; ++k)
+          if (s_dst[k]) dev::st16(s_dst[k] + kHeaderBytes + v * 16, val);
+      }
+    } else {
+      // 16 elements per thread; 8 consecutive threads (an aligned part of a warp) form one
+      // 128-element scale group, so the group max is three shuffles.
+      const int nthr = H / 16;
+      for (int base = 0; base < nthr; base += blockDim.x) {  // uniform trip count: shuffles are safe
+        const int v = base + threadIdx.x;
+        const bool active = v < nthr;
+        float f[16];
+        float amax = 0.0f;
+        if (active) {
+          bf16x8_to_float(dev::ld_nc16(row + v * 32), f);
+          bf16x8_to_float(dev::ld_nc16(row + v * 32 + 16), f + 8);
+#pragma unroll
+          for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(f[i]));
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        float scale = fmaxf(amax, 1e-4f) / kFp8Max;
+        if (a.round_scale) scale = exp2f(ceilf(log2f(scale)));
+        if (active) {
+          const uint4 q = cast16_fp8(f, 1.0f / scale);
+          for (int k = 0; k < K; ++k)
+            if (s_dst[k]) dev::st16(s_dst[k] + kHeaderBytes + v * 16, q);
+          if ((v & 7) == 0) s_scale[v / 8] = scale;
+        }
+      }
+      __syncthreads();
+      const int G = H / kScaleGroup;
+      for (int i = threadIdx.x; i < K * G; i += blockDim.x) {
+        const int k = i / G, gi = i - k * G;
+        if (s_dst[k]) reinterpret_cast<float*>(s_dst[k] + g.fp8_scale_offset())[gi] = s_scale[gi];
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < K) {
+      const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + threadIdx.x]);
+      // Counted even when the write was refused (error already reported) so no warp waits forever.
+      if (e >= 0 && e < E) {
+        __threadfence();
+        dev::red_add_release_gpu(&c.ws.send_done[e], 1);
+      }
+    }
+    __syncthreads();  // s_dst / s_scale are rewritten for the next token
+  }
+
+  // One warp per expert: count its tokens, wait until all are sent, signal the owner.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  const int nk = c.num_tokens * K;
+  for (int e = blockIdx.x * nwarps + warp; e < E; e += gridDim.x * nwarps) {
+    int cnt = 0;
+    for (int i = lane; i < nk; i += 32) cnt += (a.topk_idx[i] == e);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+    if (lane == 0) {
+      const uint64_t start = port::now_ns();
+      bool ok = true;
+      // Acquire pairs with the blocks' release adds: their data writes happen-before our signal.
+      while (dev::ld_acquire_gpu(&c.ws.send_done[e]) != cnt) {
+        if (port::now_ns() - start > c.timeout_ns) {
+          dev::report(c.err, kErrSendTimeout, c.rank, e, c.rank, cnt);
+          ok = false;
+          break;
+        }
+      }
+      const int owner = e / L;
+      uint8_t* base = c.peers[owner];
+      if (ok && base != nullptr) {
+        // Count after data: release at system scope (the owner polls with acquire).
+        dev::st_release_sys(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1);
+      }
+      c.ws.send_done[e] = 0;  // all adds for e have landed (or we timed out): ready for next call
+      c.ws.send_slot[e] = 0;
+    }
+  }
+}
+
+__device__ void recv_phase(const DispatchArgs& a) {
+  const Common& c = a.c;
+  const Layout& g = c.g;
+  const int L = static_cast<int>(g.L()), R = static_cast<int>(g.R), T = static_cast<int>(g.T);
+  const int H = static_cast<int>(g.H);
+  const int64_t RT = static_cast<int64_t>(R) * T;
+  const int G = H / kScaleGroup;
+  const uint64_t M = g.msg_bytes();
+  __shared__ int s_begin, s_count;
+  const int row_bytes = a.fmt == Format::kBF16 ? 2 * H : H;
+  const int nvec = row_bytes / 16;
+  uint8_t* recv_x = static_cast<uint8_t*>(a.recv_x);
+
+  for (int p = blockIdx.x; p < L * R; p += gridDim.x) {
+    const int l = p / R, r = p % R;
+    if (threadIdx.x == 0) {
+      int32_t* sig = reinterpret_cast<int32_t*>(c.local + g.dispatch_count_off(c.buf, l, r));
+      uint64_t waited = 0;
+      const int v = dev::wait_nonzero_sys(sig, c.timeout_ns, &waited);
+      int count = 0;
+      if (v == 0) {
+        dev::report(c.err, kErrDispatchRecvTimeout, c.rank, c.rank * L + l, r, 0);
+      } else {
+        count = min(v - 1, T);
+        // Reset for the call after next on this half: its sender is causally after our return.
+        *sig = 0;
+      }
+      const int begin = atomicAdd(&c.ws.recv_total[l], count);
+      a.layout_range[static_cast<int64_t>(l) * R + r] = (static_cast<int64_t>(begin) << 32) | count;
+      if (a.wait_recv_cost_stats) atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
+                                            static_cast<unsigned long long>(waited));
+      s_begin = begin;
+      s_count = count;
+    }
+    __syncthreads();  // thread 0's acquire covers the whole block from here on
+    const int begin = s_begin, count = s_count;
+    const uint8_t* region = c.local + g.dispatch_slot_off(c.buf, l, r, 0);
+    uint8_t* out = recv_x + (static_cast<int64_t>(l) * RT + begin) * row_bytes;
+    for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
+      const int s = i / nvec, v = i - s * nvec;
+      // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
+      const uint4 val = __ldcg(reinterpret_cast<const uint4*>(region + s * M + kHeaderBytes) + v);
+      dev::st16(out + static_cast<int64_t>(s) * row_bytes + v * 16, val);
+    }
+    const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
+    for (int s = threadIdx.x; s < count; s += blockDim.x) {
+      const int4 h = __ldcg(reinterpret_cast<const int4*>(region + s * M));
+      a.src_info[row0 + s] = h.x;
+      a.src_topk[row0 + s] = h.y;
+    }
+    if (a.fmt == Format::kFP8) {
+      float* sc = static_cast<float*>(a.recv_scales);
+      for (int i = threadIdx.x; i < count * G; i += blockDim.x) {
+        const int s = i / G, gi = i - s * G;
+        const float f = __ldcg(reinterpret_cast<const float*>(region + s * M + g.fp8_scale_offset()) + gi);
+        sc[(static_cast<int64_t>(l) * G + gi) * RT + begin + s] = f;  // [L, G, R*T]: column-major view
+      }
+    } else if (a.fmt == Format::kFP8UE8M0) {
+      int32_t* sc = static_cast<int32_t*>(a.recv_scales);
+      const int G4 = G / kUe8m0Pack;
+      for (int i = threadIdx.x; i < count * G4; i += blockDim.x) {
+        const int s = i / G4, gi = i - s * G4;
+        const float4 f = __ldcg(reinterpret_cast<const float4*>(region + s * M + g.fp8_scale_offset()) + gi);
+        // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first.
+        const uint32_t packed = ((__float_as_uint(f.x) >> 23) & 0xffu) | (((__float_as_uint(f.y) >> 23) & 0xffu) << 8) |
+                                (((__float_as_uint(f.z) >> 23) & 0xffu) << 16) |
+                                (((__float_as_uint(f.w) >> 23) & 0xffu) << 24);
+        sc[(static_cast<int64_t>(l) * G4 + gi) * RT + begin + s] = static_cast<int32_t>(packed);
+      }
+    }
+    __syncthreads();  // s_begin/s_count reuse
+  }
+  if (dev::last_block(&c.ws.blocks_done[0])) {
+    for (int l = threadIdx.x; l < L; l += blockDim.x) {
+      const int n = atomicExch(&c.ws.recv_total[l], 0);
+      a.recv_count[l] = n;
+      if (a.cumulative_recv_stats) a.cumulative_recv_stats[l] += n;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const __grid_constant__ DispatchArgs a) {
+  if (a.c.phases & kPhaseSend) send_phase(a);
+  if (a.c.phases & kPhaseRecv) recv_phase(a);
+}
+
+}  // namespace
+
+cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream) {
+  dispatch_kernel<<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace anyep::ll

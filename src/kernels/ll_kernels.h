@@ -1,0 +1,104 @@
+// anyep/src/kernels/ll_kernels.h — low-latency dispatch/combine entry points.
+// Raw pointers and a stream only (no torch); the runtime (src/runtime/ll_buffer.h) fills the
+// argument structs. Buffer layout: ll_layout.h.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ll_layout.h"
+
+#if defined(__CUDACC__) || __has_include(<cuda_runtime_api.h>)
+#include <cuda_runtime_api.h>
+#endif
+
+namespace anyep::ll {
+
+// Which half of a staged operation a launch runs (both = one fused launch).
+enum Phase : int { kPhaseSend = 1, kPhaseRecv = 2, kPhaseBoth = 3 };
+
+// Dispatch payload format.
+enum class Format : int { kBF16 = 0, kFP8 = 1, kFP8UE8M0 = 2 };
+
+// Error record in pinned host memory mapped into the GPU. A kernel that times out fills it in
+// (first error wins) and returns instead of trapping; the runtime raises it on the next call.
+enum ErrorCode : uint32_t {
+  kErrNone = 0,
+  kErrDispatchRecvTimeout = 1,  // count for (local expert, source rank) never arrived
+  kErrCombineRecvTimeout = 2,   // combine flag for (expert, owner rank) never arrived
+  kErrSendTimeout = 3,          // local blocks did not finish sending an expert's tokens
+  kErrNoPeer = 4,               // peer not NVLink-reachable and the proxy path is not built
+  kErrSlotOverflow = 5,         // more messages for one (expert, source) than tokens per rank
+  kErrBadExpert = 6,            // topk_idx entry outside [-1, E) (host checks are off)
+};
+struct alignas(32) ErrorRecord {
+  uint32_t code;     // ErrorCode; written last
+  uint32_t claim;    // first reporter wins
+  int32_t rank;      // reporting rank
+  int32_t expert;    // global expert (or -1)
+  int32_t peer;      // rank that was waited for (or -1)
+  int32_t value;     // e.g. count expected/observed
+  int32_t pad[2];
+};
+static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord is 32 bytes");
+
+// Local (not shared) scratch counters the kernels keep at zero between calls.
+struct Workspace {
+  int32_t* send_slot;    // [E] next free slot per destination expert
+  int32_t* send_done;    // [E] messages written per destination expert
+  int32_t* recv_total;   // [L] rows received per local expert (this call)
+  int32_t* blocks_done;  // [2] finished recv blocks: dispatch, combine
+  static constexpr int64_t ints(int64_t E) { return 3 * E + 8; }
+};
+
+struct Common {
+  Layout g;
+  int rank = 0;
+  int num_topk = 0;
+  int num_tokens = 0;      // this rank's tokens, <= g.T
+  int buf = 0;             // buffer half, 0 or 1
+  int phases = kPhaseBoth;
+  int num_blocks = 0;      // grid size (all blocks must be co-resident)
+  uint8_t* local = nullptr;          // this rank's LL buffer
+  uint8_t* const* peers = nullptr;   // device array [R]: peer buffer via CUDA IPC, null if not NVLink
+  Workspace ws{};
+  ErrorRecord* err = nullptr;        // device view of the host-mapped record
+  uint64_t timeout_ns = 0;
+};
+
+struct DispatchArgs {
+  Common c;
+  const void* x = nullptr;            // bf16 [N, H]
+  const int64_t* topk_idx = nullptr;  // [N, K], -1 = none
+  Format fmt = Format::kFP8;
+  bool round_scale = false;
+  void* recv_x = nullptr;             // [L, R*T, H] bf16 or e4m3
+  void* recv_scales = nullptr;        // fp32 [L, H/128, R*T] or int32 [L, H/512, R*T] (column-major views)
+  int32_t* recv_count = nullptr;      // [L]
+  int32_t* src_info = nullptr;        // [L, R*T] source token index
+  int32_t* src_topk = nullptr;        // [L, R*T] top-k slot of that row (for combine)
+  int64_t* layout_range = nullptr;    // [L, R] begin << 32 | count
+  int32_t* cumulative_recv_stats = nullptr;  // [L] optional
+  int64_t* wait_recv_cost_stats = nullptr;   // [R] optional (ns)
+};
+
+struct CombineArgs {
+  Common c;
+  const void* x = nullptr;            // bf16 [L, R*T, H] expert outputs
+  const int32_t* src_info = nullptr;
+  const int32_t* src_topk = nullptr;
+  const int64_t* layout_range = nullptr;
+  const int64_t* topk_idx = nullptr;  // [N, K] home rank's routing
+  const float* topk_weights = nullptr;  // [N, K]
+  void* out = nullptr;                // bf16 [N, H]
+  int64_t* wait_recv_cost_stats = nullptr;  // [R] optional (ns)
+};
+
+#if defined(__CUDACC__) || __has_include(<cuda_runtime_api.h>)
+// Launch; returns the launch error (no host sync, no allocation: capturable).
+cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream);
+cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream);
+#endif
+
+inline constexpr int kBlockThreads = 1024;
+
+}  // namespace anyep::ll

@@ -1,0 +1,119 @@
+// anyep/src/kernels/ll_layout.h
+//
+// Low-latency (LL) buffer layout: every offset is a formula of the shape, shared by the host
+// runtime, the kernels and the tests. The buffer is symmetric: every rank allocates the same
+// size and uses the same offsets, so a sender computes a peer's address as peer_base + offset
+// with no round trip before the data.
+//
+// Shape: T = max tokens per rank (num_max_dispatch_tokens_per_rank), H = hidden (multiple of 128),
+// R = ranks, E = experts (multiple of R), L = E / R local experts, K = top-k (<= kMaxTopk).
+//
+// Message (dispatch): one per (token, destination expert), stride M = align16(16 + 2H) bytes:
+//
+//   bytes [0, 16)        header: int32 src_token (index on the source rank, 0..T-1)
+//                                int32 topk_slot (k: which of the token's top-k entries)
+//                                int32 reserved[2]
+//   BF16:  [16, 16+2H)   payload, H bf16
+//   FP8:   [16, 16+H)    payload, H e4m3
+//          [16+H, 16+H+4H/128)  H/128 float32 scales (dequant: x = fp8 * scale); with UE8M0
+//                        the scale is a power of two and the receiver packs its exponent byte.
+//   The stride is the BF16 size for both formats, so one buffer serves either per call.
+//
+// Buffer (two halves b in {0,1} for double buffering; dispatch and combine toggle separately):
+//
+//   signals (offset 0, size S = align256(2 * 2 * E * 4)):
+//     dispatch_count[b][l][r] int32 at 4 * (b*E + l*R + r)          (r = source rank)
+//         written by source rank r after its tokens for local expert l: value = count + 1
+//         (0 = not yet arrived); the receiver resets it to 0 after reading.
+//     combine_flag[b][e] int32 at 4 * (2*E + b*E + e)                (e = global expert)
+//         written by the rank that owns expert e after all its outputs for this home rank:
+//         value 1; the home rank resets it after reading.
+//   dispatch region (offset S, size D = 2 * E * T * M):
+//     slot (b, l, r, s) at S + ((b*L + l)*R + r) * T * M + s * M     (s < T: arrival slot)
+//         one private region per (local expert l, source rank r): no two senders share a byte.
+//   combine region (offset S + D, size C = 2 * T * kMaxTopk * 2H):
+//     slot (b, t, k) at S + D + ((b*T + t)*kMaxTopk + k) * 2H        (t: token on the home rank)
+//         one private slot per (home token, top-k entry): the expert's BF16 output lands there
+//         and the home rank sums the K slots of a token, weighted, in FP32.
+//
+// Footprint at T=128, H=7168, R=2, E=288: M = 14352, D = 1,058,144,256, C = 58,720,256,
+// total 1,116,869,120 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout (route in the header,
+// one message per destination rank) is the next step (docs/ll.md).
+#pragma once
+
+#include <cstdint>
+
+#include "common/portability.h"
+
+namespace anyep::ll {
+
+inline constexpr int kMaxTopk = 16;
+inline constexpr int kScaleGroup = 128;   // elements per FP8 scale
+inline constexpr int kUe8m0Pack = 4;      // UE8M0 exponents per int32
+inline constexpr int kMaxHidden = 16384;
+inline constexpr int kHeaderBytes = 16;
+inline constexpr int kSignalAlign = 256;
+
+struct MsgHeader {
+  int32_t src_token;
+  int32_t topk_slot;
+  int32_t reserved[2];
+};
+static_assert(sizeof(MsgHeader) == kHeaderBytes, "LL message header is 16 bytes");
+
+ANYEP_HD ANYEP_INLINE constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+struct Layout {
+  int64_t T = 0, H = 0, R = 0, E = 0;
+
+  ANYEP_HD ANYEP_INLINE constexpr int64_t L() const { return E / R; }
+  // Message stride (both formats).
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t msg_bytes() const {
+    return align_up(kHeaderBytes + 2 * static_cast<uint64_t>(H), 16);
+  }
+  // FP8 payload sits right after the header; its scales right after the payload.
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t fp8_scale_offset() const {
+    return kHeaderBytes + static_cast<uint64_t>(H);
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t signal_bytes() const {
+    return align_up(2ull * 2ull * static_cast<uint64_t>(E) * 4ull, kSignalAlign);
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_half_bytes() const {
+    return static_cast<uint64_t>(E) * static_cast<uint64_t>(T) * msg_bytes();
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_bytes() const { return 2ull * static_cast<uint64_t>(H); }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_half_bytes() const {
+    return static_cast<uint64_t>(T) * kMaxTopk * combine_slot_bytes();
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t total_bytes() const {
+    return signal_bytes() + 2 * dispatch_half_bytes() + 2 * combine_half_bytes();
+  }
+
+  // ---- offsets (see the layout comment above) ----
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_count_off(int b, int64_t l, int64_t r) const {
+    return 4ull * static_cast<uint64_t>(b * E + l * R + r);
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_flag_off(int b, int64_t e) const {
+    return 4ull * static_cast<uint64_t>(2 * E + b * E + e);
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_slot_off(int b, int64_t l, int64_t r, int64_t s) const {
+    return signal_bytes() + static_cast<uint64_t>((b * L() + l) * R + r) * static_cast<uint64_t>(T) * msg_bytes() +
+           static_cast<uint64_t>(s) * msg_bytes();
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_off(int b, int64_t t, int64_t k) const {
+    return signal_bytes() + 2 * dispatch_half_bytes() +
+           static_cast<uint64_t>((b * T + t) * kMaxTopk + k) * combine_slot_bytes();
+  }
+};
+
+// Reason a shape cannot be served; nullptr when it can. Host and tests share the checks.
+ANYEP_HD inline const char* layout_unsupported(const Layout& g) {
+  if (g.T <= 0) return "num_max_dispatch_tokens_per_rank must be positive";
+  if (g.R <= 0) return "num_ranks must be positive";
+  if (g.E <= 0 || g.E % g.R != 0) return "num_experts must be a positive multiple of num_ranks";
+  if (g.H <= 0 || g.H % kScaleGroup != 0 || g.H > kMaxHidden)
+    return "hidden must be a multiple of 128 in [128, 16384]";
+  return nullptr;
+}
+
+}  // namespace anyep::ll

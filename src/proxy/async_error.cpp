@@ -1,0 +1,35 @@
+#include "proxy/async_error.h"
+
+#include "common/error.h"
+
+namespace anyep::proxy {
+
+void AsyncError::set(anyepStatus status, const std::string& message) {
+  count_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> g(mu_);
+  if (status_.load(std::memory_order_relaxed) != anyepSuccess) return;
+  message_ = message;
+  status_.store(status, std::memory_order_release);  // message first, then the flag readers test
+}
+
+std::string AsyncError::message() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return message_;
+}
+
+void AsyncError::raise_if_set() const {
+  const anyepStatus s = status();
+  if (s == anyepSuccess) return;
+  std::string m = message();
+  const uint64_t n = count();
+  if (n > 1) m += " (and " + std::to_string(n - 1) + " later error(s))";
+  switch (s) {
+    case anyepInvalidArgument: throw InvalidArgument(m);
+    case anyepTimeout: throw TimeoutError(m);
+    case anyepTransportError: throw TransportError(m);
+    case anyepUnsupported: throw Unsupported(m);
+    default: throw InternalError(m);
+  }
+}
+
+}  // namespace anyep::proxy

@@ -1,0 +1,56 @@
+#include "proxy/pinning.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/env.h"
+#include "common/error.h"
+
+namespace anyep::proxy {
+
+std::vector<int> parse_cpu_list(const std::string& s, const std::string& what) {
+  std::vector<int> cpus;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t dash = item.find('-');
+    try {
+      size_t used = 0;
+      int a = std::stoi(item.substr(0, dash), &used);
+      int b = a;
+      if (dash != std::string::npos) b = std::stoi(item.substr(dash + 1), &used);
+      if (a < 0 || b < a || b > 65535) throw std::out_of_range(item);
+      for (int c = a; c <= b; ++c) cpus.push_back(c);
+    } catch (const std::logic_error&) {
+      throw InvalidArgument(what + ": '" + s + "' is not a CPU list (expected e.g. 0-3,8)");
+    }
+  }
+  if (cpus.empty()) throw InvalidArgument(what + ": '" + s + "' names no CPU");
+  return cpus;
+}
+
+std::vector<int> proxy_cpus(const std::vector<int>& config_cpus, int numa_node) {
+  const std::string env = env::get_string("ANYEP_PROXY_CPUS");
+  if (env == "none") return {};
+  if (env != "auto") return parse_cpu_list(env, "ANYEP_PROXY_CPUS");
+  if (!config_cpus.empty()) return config_cpus;
+  if (numa_node < 0) return {};
+  std::ifstream f("/sys/devices/system/node/node" + std::to_string(numa_node) + "/cpulist");
+  std::string line;
+  if (!f || !std::getline(f, line)) return {};
+  return parse_cpu_list(line, "NUMA node " + std::to_string(numa_node) + " cpulist");
+}
+
+bool pin_current_thread(int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+}  // namespace anyep::proxy

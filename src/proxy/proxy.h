@@ -1,0 +1,102 @@
+// anyep/src/proxy/proxy.h
+//
+// One proxy per GPU: T threads, each owning a set of channel rings (ring r -> thread r % T) and
+// its own transport endpoint; thread i talks only to thread i of every peer. A thread drains its
+// rings in batches, translates and bounds-checks offsets, posts writes and signals, polls
+// completions and peer immediates in the same loop, runs the receiver-side ordering engine and
+// applies signals to counters in host memory. QUIET and BARRIER hold their ring until complete.
+// Semantics of every op: docs/proxy.md.
+//
+// Errors inside a thread never throw: they go to an AsyncError slot that check() (called by every
+// host API entry point) raises.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "channel/channel.h"
+#include "proxy/async_error.h"
+#include "proxy/symmetric_memory.h"
+#include "transport/bootstrap/bootstrap.h"
+#include "transport/transport.h"
+
+namespace anyep::proxy {
+
+enum class Ordering : uint8_t {
+  kAuto,    // bypass the engine when the transport reports ordered_writes
+  kEngine,  // always run the ordering engine
+  kBypass,  // never (only correct on a transport that lands writes in posting order)
+};
+
+struct ProxyConfig {
+  uint32_t num_tags = 64;          // fence groups (LL experts / HT channels) per peer, <= 16384
+  uint32_t signal_slots = 256;     // signal-record slots per (peer, thread); flow controlled
+  uint32_t staging_slots = 256;    // outgoing signal records in flight per thread
+  uint32_t max_pending = 4096;     // held signals per thread
+  uint32_t batch = 32;             // commands drained from a ring at once
+  uint64_t timeout_ns = 0;         // 0: ANYEP_TIMEOUT_S
+  int ordering = -1;               // -1: ANYEP_PROXY_ORDERING; else an Ordering value
+  bool native_atomics = false;     // opt-in; Unsupported when the transport has none
+  uint32_t ranks_per_node = 1;     // rail barrier: peers with the same rank % ranks_per_node
+  int numa_node = -1;              // pin threads to this node's CPUs (ANYEP_PROXY_CPUS overrides)
+  std::vector<int> cpus;           // explicit CPUs (ANYEP_PROXY_CPUS overrides)
+  uint64_t* counters = nullptr;    // signal targets in host memory (GPU-mapped for kernels)
+  uint32_t num_counters = 0;
+};
+
+struct ProxyStats {
+  uint64_t commands = 0;
+  uint64_t writes = 0;
+  uint64_t bytes = 0;
+  uint64_t signals_sent = 0;
+  uint64_t signals_applied = 0;
+  uint64_t signals_held = 0;
+  uint64_t eagain = 0;
+};
+
+class ProxyThread;
+
+class Proxy {
+ public:
+  // `endpoints` (one per thread, T = endpoints.size()) must be fresh: the proxy registers the
+  // symmetric `regions` (same lengths on every rank) plus its own signal areas on each, and
+  // connects them through `boot` (a collective: every rank constructs its Proxy together).
+  Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_ptr<transport::Transport>> endpoints,
+        const std::vector<Region>& regions, transport::Bootstrap& boot);
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  void start();  // launches the threads
+  void stop();   // joins them (idempotent)
+
+  // Raises the first error a proxy thread recorded (and the channel's producer timeouts).
+  void check() const;
+  const AsyncError& error() const { return error_; }
+
+  uint32_t rank() const { return rank_; }
+  uint32_t num_ranks() const { return num_ranks_; }
+  uint32_t num_threads() const { return static_cast<uint32_t>(threads_.size()); }
+  bool bypass() const { return bypass_; }
+  const SymmetricMemory& memory() const { return *sym_; }
+  ProxyStats stats() const;  // sum over threads (relaxed reads; exact once stopped)
+
+  // Threads used by default: ANYEP_PROXY_THREADS.
+  static uint32_t default_threads();
+
+ private:
+  Channel& channel_;
+  uint32_t rank_, num_ranks_;
+  bool bypass_ = false;
+  std::unique_ptr<SymmetricMemory> sym_;
+  AsyncError error_;
+  std::vector<std::unique_ptr<ProxyThread>> threads_;
+  std::vector<std::thread> running_;
+  std::vector<int> cpus_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace anyep::proxy

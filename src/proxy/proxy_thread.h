@@ -1,0 +1,131 @@
+// anyep/src/proxy/proxy_thread.h — one proxy thread: its rings, its transport endpoint, its
+// ordering engine, and the loop that drives them (docs/proxy.md describes each op).
+//
+// Everything the loop touches is allocated in the constructor: the loop itself does not allocate,
+// lock, or throw (errors go to the proxy's AsyncError and stop this thread's loop).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "channel/channel.h"
+#include "proxy/async_error.h"
+#include "proxy/imm_format.h"
+#include "proxy/ordering_engine.h"
+#include "proxy/proxy.h"
+#include "proxy/symmetric_memory.h"
+#include "transport/transport.h"
+
+namespace anyep::proxy {
+
+struct ThreadSetup {
+  uint32_t index = 0;  // thread i of T
+  uint32_t num_threads = 1;
+  uint32_t rank = 0, num_ranks = 1;
+  uint64_t timeout_ns = 0;  // resolved (never 0)
+  bool bypass = false;      // resolved from cfg.ordering and the transport
+  ProxyConfig cfg;          // sizes: num_tags, signal_slots, staging_slots, batch, ranks_per_node
+  EngineConfig engine;
+};
+
+struct ThreadStats {  // written by the thread (relaxed), read by anyone
+  std::atomic<uint64_t> commands{0}, writes{0}, bytes{0}, signals_sent{0}, eagain{0}, signals_applied{0},
+      signals_held{0};
+};
+
+class ProxyThread {
+ public:
+  // Registers regions + signal area + staging on `ep` (in that order on every rank).
+  ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transport> ep, const SymmetricMemory& sym,
+              std::vector<RingConsumer*> rings, AsyncError& err);
+
+  transport::Transport& endpoint() { return *ep_; }
+  uint32_t num_mrs() const { return static_cast<uint32_t>(sym_.regions().size()) + 2; }
+  // Main loop until `stop` is set or an error stops it.
+  void run(const std::atomic<bool>& stop);
+
+  const ThreadStats& stats() const { return stats_; }
+  const OrderingEngine& engine() const { return engine_; }
+
+ private:
+  enum class Step { kDone, kBlocked, kRetry, kFailed };
+  enum class Block : uint8_t { kNone, kQuiet, kBarrier };
+  struct RingState {
+    RingConsumer* ring;
+    uint64_t outstanding = 0;   // posted, not yet locally complete
+    uint32_t frozen = 0;        // QUIETs of other rings waiting on this one
+    Block block = Block::kNone;
+    uint64_t since_ns = 0;
+    uint64_t retry_since = 0;   // first failed post attempt of the head command (0: none)
+    uint64_t quiet_mask = 0;    // local ring indices the QUIET waits for
+    // BARRIER
+    bool rail = false;
+    uint64_t epoch = 0;
+    uint32_t target = 0;        // barriers every member must have entered
+    uint32_t next_peer = 0;     // next peer to send our arrival to
+  };
+  struct SendGroup {
+    uint8_t segment = 0;        // ordered signals sent on (dst, tag), mod 256
+    uint32_t writes = 0;        // writes sent in the open segment
+  };
+
+  bool service_ring(uint32_t r, uint64_t now);
+  Step execute(uint32_t r, const TransferCmd& c, uint64_t now);
+  Step post(uint32_t r, const transport::WriteDesc& w, const char* what);
+  Step do_write(uint32_t r, const TransferCmd& c);
+  Step do_signal(uint32_t r, const TransferCmd& c);
+  Step start_quiet(uint32_t r, const TransferCmd& c, uint64_t now);
+  bool try_finish(uint32_t r, uint64_t now);
+  bool poll_transport(uint64_t now);
+  void send_credits();
+  bool in_barrier_set(uint32_t peer, bool rail) const;
+  void check_timeouts(uint64_t now);
+  void publish_stats();
+  Step reject(uint32_t r, const TransferCmd& c, const std::string& why);
+  void fatal(anyepStatus s, const std::string& msg);
+  std::string where(uint32_t r) const;
+  int local_ring(uint32_t ring_id) const;
+
+  ThreadSetup s_;
+  std::unique_ptr<transport::Transport> ep_;
+  const SymmetricMemory& sym_;
+  AsyncError& err_;
+  OrderingEngine engine_;
+  std::vector<RingState> rings_;
+  bool failed_ = false;
+  bool credits_pending_ = false;
+  uint64_t cur_index_ = 0;  // ring index of the command being executed (error messages)
+
+  // Memory registered on the endpoint after the symmetric regions.
+  transport::MrId signal_mr_ = 0, staging_mr_ = 0;
+  std::unique_ptr<SignalRecord[]> signal_area_;  // [num_ranks][signal_slots], written by peers
+  std::unique_ptr<SignalRecord[]> staging_;      // [staging_slots] outgoing records
+  std::vector<uint8_t> staging_busy_;
+  uint32_t staging_next_ = 0;
+
+  // Sender state.
+  std::vector<SendGroup> send_groups_;  // [num_ranks][num_tags]
+  std::vector<uint32_t> sig_seq_;       // [num_ranks] next signal sequence number
+  std::vector<uint32_t> sig_credit_;    // [num_ranks] record slots we may still fill
+  // Receiver state.
+  std::vector<uint32_t> freed_;         // [num_ranks] slots freed since our last credit
+  std::vector<uint8_t> slot_read_;      // [num_ranks][signal_slots] read, not yet freed
+  std::vector<uint32_t> next_unread_;   // [num_ranks] oldest signal seq not yet read
+  std::vector<uint32_t> credit_owed_;   // [num_ranks] credits not yet sent (EAGAIN)
+  std::vector<uint32_t> barriers_in_[2];  // [all|rail][num_ranks] barrier arrivals counted
+  std::vector<uint32_t> last_epoch_in_[2];
+  uint32_t barriers_out_[2] = {0, 0};     // barriers this thread entered
+
+  std::vector<TransferCmd> batch_;
+  std::vector<transport::Completion> comps_;
+  std::vector<transport::ImmEvent> imms_;
+  struct {
+    uint64_t commands = 0, writes = 0, bytes = 0, signals_sent = 0, eagain = 0;
+  } local_;
+  ThreadStats stats_;
+};
+
+}  // namespace anyep::proxy

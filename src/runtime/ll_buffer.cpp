@@ -1,0 +1,273 @@
+#include "runtime/ll_buffer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "common/env.h"
+#include "common/error.h"
+
+namespace anyep {
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw CudaError(std::string("anyep LL: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// Connection record exchanged at construction (fixed size, plain bytes).
+struct PeerInfo {
+  uint32_t magic;
+  int32_t rank;
+  char host[64];
+  char pci[32];
+  cudaIpcMemHandle_t handle;
+  int64_t num_bytes;
+};
+constexpr uint32_t kPeerInfoMagic = 0x414c4c31;  // "ALL1"
+
+// Scratch counters are sized for at most this many experts (design target >= 1024).
+constexpr int64_t kMaxExperts = 4096;
+
+}  // namespace
+
+int64_t LowLatencyBuffer::size_hint(int64_t T, int64_t H, int64_t R, int64_t E) {
+  ll::Layout g{T, H, R, E};
+  if (const char* why = ll::layout_unsupported(g)) throw InvalidArgument(std::string("anyep LL size hint: ") + why);
+  return static_cast<int64_t>(g.total_bytes());
+}
+
+LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device)
+    : rank_(rank), num_ranks_(num_ranks), num_bytes_(num_bytes) {
+  if (num_ranks <= 0 || rank < 0 || rank >= num_ranks)
+    throw InvalidArgument("anyep LL: rank " + std::to_string(rank) + " out of range for " +
+                          std::to_string(num_ranks) + " ranks");
+  if (num_bytes <= 0) throw InvalidArgument("anyep LL: num_rdma_bytes must be positive for low-latency mode");
+  if (device < 0) {
+    cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+  } else {
+    device_ = device;
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  }
+  int sms = 0;
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "SM count");
+  num_blocks_ = sms;  // one 1024-thread block per SM: all co-resident (the kernels wait on each other)
+  cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)), "cudaMalloc LL buffer");
+  cuda_check(cudaMemset(local_, 0, static_cast<size_t>(num_bytes)), "zero LL buffer");
+  max_experts_ = kMaxExperts;
+  ws_ints_ = ll::Workspace::ints(kMaxExperts);
+  cuda_check(cudaMalloc(reinterpret_cast<void**>(&ws_), static_cast<size_t>(ws_ints_) * 4), "cudaMalloc LL workspace");
+  cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "zero LL workspace");
+  cuda_check(cudaMalloc(reinterpret_cast<void**>(&dev_peers_), sizeof(uint8_t*) * num_ranks), "cudaMalloc peer table");
+  cuda_check(cudaMemset(dev_peers_, 0, sizeof(uint8_t*) * num_ranks), "zero peer table");
+  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(ll::ErrorRecord), cudaHostAllocMapped), "cudaHostAlloc error record");
+  std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
+  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev_), err_host_, 0), "map error record");
+  host_peers_.assign(num_ranks, nullptr);
+  opened_.assign(num_ranks, false);
+  const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
+  if (!(timeout_s > 0)) throw InvalidArgument("ANYEP_TIMEOUT_S must be positive");
+  timeout_ns_ = static_cast<uint64_t>(timeout_s * 1e9);
+}
+
+LowLatencyBuffer::~LowLatencyBuffer() {
+  try {
+    destroy();
+  } catch (...) {
+    // Destructors must not throw; destroy() called explicitly reports errors.
+  }
+}
+
+void LowLatencyBuffer::destroy() {
+  if (destroyed_) return;
+  destroyed_ = true;
+  cudaSetDevice(device_);
+  cudaDeviceSynchronize();
+  for (int r = 0; r < num_ranks_; ++r)
+    if (opened_[r]) cudaIpcCloseMemHandle(host_peers_[r]);
+  if (dev_peers_) cudaFree(dev_peers_);
+  if (ws_) cudaFree(ws_);
+  if (local_) cudaFree(local_);
+  if (err_host_) cudaFreeHost(err_host_);
+  dev_peers_ = nullptr;
+  ws_ = nullptr;
+  local_ = nullptr;
+  err_host_ = err_dev_ = nullptr;
+  host_peers_.assign(num_ranks_, nullptr);
+  connected_ = false;
+}
+
+std::vector<uint8_t> LowLatencyBuffer::local_info() const {
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  PeerInfo info{};
+  info.magic = kPeerInfoMagic;
+  info.rank = rank_;
+  gethostname(info.host, sizeof(info.host) - 1);
+  cuda_check(cudaDeviceGetPCIBusId(info.pci, sizeof(info.pci), device_), "cudaDeviceGetPCIBusId");
+  cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");
+  info.num_bytes = num_bytes_;
+  std::vector<uint8_t> out(sizeof(info));
+  std::memcpy(out.data(), &info, sizeof(info));
+  return out;
+}
+
+void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos) {
+  if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  if (static_cast<int>(infos.size()) != num_ranks_)
+    throw InvalidArgument("anyep LL connect: got " + std::to_string(infos.size()) + " records for " +
+                          std::to_string(num_ranks_) + " ranks");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  char my_host[64] = {};
+  gethostname(my_host, sizeof(my_host) - 1);
+  for (int r = 0; r < num_ranks_; ++r) {
+    PeerInfo info{};
+    if (infos[r].size() != sizeof(info)) throw InvalidArgument("anyep LL connect: record of rank " + std::to_string(r) + " has the wrong size");
+    std::memcpy(&info, infos[r].data(), sizeof(info));
+    if (info.magic != kPeerInfoMagic || info.rank != r)
+      throw InvalidArgument("anyep LL connect: record " + std::to_string(r) + " is not an anyep LL record for that rank");
+    if (info.num_bytes != num_bytes_)
+      throw InvalidArgument("anyep LL connect: rank " + std::to_string(r) + " allocated " + std::to_string(info.num_bytes) +
+                            " bytes, this rank " + std::to_string(num_bytes_) + " (buffers must be symmetric)");
+    if (r == rank_) {
+      host_peers_[r] = local_;
+      continue;
+    }
+    if (std::strncmp(info.host, my_host, sizeof(my_host)) != 0) continue;  // other node: proxy path
+    int peer_dev = -1;
+    if (cudaDeviceGetByPCIBusId(&peer_dev, info.pci) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    int can = (peer_dev == device_);
+    if (!can) cuda_check(cudaDeviceCanAccessPeer(&can, device_, peer_dev), "cudaDeviceCanAccessPeer");
+    if (!can) continue;
+    void* p = nullptr;
+    cuda_check(cudaIpcOpenMemHandle(&p, info.handle, cudaIpcMemLazyEnablePeerAccess),
+               ("cudaIpcOpenMemHandle for rank " + std::to_string(r)).c_str());
+    host_peers_[r] = static_cast<uint8_t*>(p);
+    opened_[r] = true;
+  }
+  cuda_check(cudaMemcpy(dev_peers_, host_peers_.data(), sizeof(uint8_t*) * num_ranks_, cudaMemcpyHostToDevice),
+             "upload peer table");
+  connected_ = true;
+}
+
+ll::Layout LowLatencyBuffer::layout_for(const LLShape& s) const {
+  ll::Layout g{s.max_tokens, s.hidden, num_ranks_, s.num_experts};
+  if (const char* why = ll::layout_unsupported(g)) throw InvalidArgument(std::string("anyep LL: ") + why);
+  if (s.num_experts > max_experts_)
+    throw InvalidArgument("anyep LL: num_experts " + std::to_string(s.num_experts) + " exceeds " + std::to_string(max_experts_));
+  if (static_cast<int64_t>(g.total_bytes()) > num_bytes_)
+    throw InvalidArgument("anyep LL: buffer too small: shape (tokens " + std::to_string(s.max_tokens) + ", hidden " +
+                          std::to_string(s.hidden) + ", experts " + std::to_string(s.num_experts) + ") needs " +
+                          std::to_string(g.total_bytes()) + " bytes, buffer has " + std::to_string(num_bytes_) +
+                          " (see get_low_latency_rdma_size_hint)");
+  return g;
+}
+
+ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int num_topk, int buf) {
+  if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  if (!connected_) throw InvalidArgument("anyep LL: buffer not connected");
+  check_error();
+  ll::Common c;
+  c.g = layout_for(s);
+  if (num_tokens < 0 || num_tokens > s.max_tokens)
+    throw InvalidArgument("anyep LL: " + std::to_string(num_tokens) + " tokens exceed num_max_dispatch_tokens_per_rank " +
+                          std::to_string(s.max_tokens));
+  if (num_topk <= 0 || num_topk > ll::kMaxTopk)
+    throw InvalidArgument("anyep LL: num_topk " + std::to_string(num_topk) + " not in [1, " + std::to_string(ll::kMaxTopk) + "]");
+  for (int r = 0; r < num_ranks_; ++r)
+    if (!host_peers_[r])
+      throw Unsupported("anyep LL: rank " + std::to_string(r) + " is not reachable over NVLink/CUDA IPC from rank " +
+                        std::to_string(rank_) + " and the LL proxy path is not built yet");
+  c.rank = rank_;
+  c.num_topk = num_topk;
+  c.num_tokens = num_tokens;
+  c.buf = buf;
+  c.num_blocks = num_blocks_;
+  c.local = local_;
+  c.peers = dev_peers_;
+  const int64_t E = s.num_experts;
+  c.ws.send_slot = ws_;
+  c.ws.send_done = ws_ + E;
+  c.ws.recv_total = ws_ + 2 * E;
+  c.ws.blocks_done = ws_ + 3 * E;
+  c.err = err_dev_;
+  c.timeout_ns = timeout_ns_;
+  return c;
+}
+
+ll::Common LowLatencyBuffer::next_dispatch_common(const LLShape& s, int num_tokens, int num_topk) {
+  ll::Common c = common_for(s, num_tokens, num_topk, dispatch_half_);
+  dispatch_half_ ^= 1;
+  return c;
+}
+
+ll::Common LowLatencyBuffer::next_combine_common(const LLShape& s, int num_tokens, int num_topk) {
+  ll::Common c = common_for(s, num_tokens, num_topk, combine_half_);
+  combine_half_ ^= 1;
+  return c;
+}
+
+void LowLatencyBuffer::launch(ll::DispatchArgs a, int phases, cudaStream_t stream) const {
+  a.c.phases = phases;
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(ll::launch_dispatch(a, stream), "LL dispatch launch");
+}
+
+void LowLatencyBuffer::launch(ll::CombineArgs a, int phases, cudaStream_t stream) const {
+  a.c.phases = phases;
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(ll::launch_combine(a, stream), "LL combine launch");
+}
+
+void LowLatencyBuffer::clean() {
+  if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaDeviceSynchronize(), "synchronize before clean");
+  // Signals live at the start of the buffer; their extent depends only on the expert count, so
+  // clear the largest one the workspace supports (capped by the buffer size).
+  const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::align_up(2ull * 2ull * max_experts_ * 4ull, ll::kSignalAlign)));
+  cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), "clear LL signals");
+  cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "clear LL workspace");
+  cuda_check(cudaDeviceSynchronize(), "synchronize after clean");
+  std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
+  dispatch_half_ = combine_half_ = 0;
+}
+
+void LowLatencyBuffer::check_error() const {
+  if (!err_host_) return;
+  const uint32_t code = __atomic_load_n(&err_host_->code, __ATOMIC_ACQUIRE);
+  if (code == ll::kErrNone) return;
+  const ll::ErrorRecord& e = *err_host_;
+  std::ostringstream m;
+  m << "anyep LL: rank " << e.rank << ": ";
+  switch (code) {
+    case ll::kErrDispatchRecvTimeout:
+      m << "dispatch timed out waiting for the token count of expert " << e.expert << " from rank " << e.peer;
+      break;
+    case ll::kErrCombineRecvTimeout:
+      m << "combine timed out waiting for expert " << e.expert << " (owned by rank " << e.peer << ")";
+      if (e.value >= 0) m << " needed by token " << e.value;
+      break;
+    case ll::kErrSendTimeout:
+      m << "dispatch send timed out: this GPU's blocks did not finish the " << e.value << " tokens for expert " << e.expert;
+      break;
+    case ll::kErrNoPeer:
+      m << "rank " << e.peer << " (expert " << e.expert << ") has no direct path and the proxy path is not built";
+      break;
+    case ll::kErrSlotOverflow:
+      throw InvalidArgument(m.str() + "more than num_max_dispatch_tokens_per_rank messages for expert " +
+                            std::to_string(e.expert) + " (duplicate experts in a token's topk_idx?)");
+    case ll::kErrBadExpert:
+      throw InvalidArgument(m.str() + "topk_idx holds expert " + std::to_string(e.expert) + " (token " +
+                            std::to_string(e.value) + "), outside [-1, num_experts)");
+    default:
+      m << "unknown device error code " << code;
+  }
+  m << " (timeout ANYEP_TIMEOUT_S; call clean_low_latency_buffer or rebuild the Buffer)";
+  throw TimeoutError(m.str());
+}
+
+}  // namespace anyep

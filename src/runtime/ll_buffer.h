@@ -1,0 +1,93 @@
+// anyep/src/runtime/ll_buffer.h — the low-latency buffer: owns the symmetric LL buffer, the CUDA
+// IPC peer table, the scratch counters and the host-mapped error record; validates shapes and
+// launches the LL kernels. No torch: the Python extension and the C API sit on top of it.
+//
+// Life cycle: construct (allocates, zeroes) -> local_info() on every rank -> allgather (caller's
+// bootstrap) -> connect(all infos) -> dispatch/combine ... -> destroy() (or destructor).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/ll_kernels.h"
+
+namespace anyep {
+
+struct LLShape {
+  int64_t max_tokens = 0;  // T: num_max_dispatch_tokens_per_rank
+  int64_t hidden = 0;      // H
+  int64_t num_experts = 0; // E
+};
+
+class LowLatencyBuffer {
+ public:
+  // Allocates `num_bytes` of device memory on `device` (-1: the current device), zeroed, for rank
+  // `rank` of `num_ranks`. Every later call selects that device itself, so callers whose CUDA
+  // runtime state differs (e.g. torch's current device) cannot send work to the wrong GPU.
+  // Throws InvalidArgument / CudaError naming what failed.
+  LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device = -1);
+  ~LowLatencyBuffer();
+  LowLatencyBuffer(const LowLatencyBuffer&) = delete;
+  LowLatencyBuffer& operator=(const LowLatencyBuffer&) = delete;
+
+  // Bytes an LL buffer needs for a shape (both halves, signals, both directions).
+  static int64_t size_hint(int64_t max_tokens, int64_t hidden, int64_t num_ranks, int64_t num_experts);
+
+  // This rank's connection record (rank, host, device PCI id, IPC handle), to allgather.
+  std::vector<uint8_t> local_info() const;
+  // Opens every peer's buffer through CUDA IPC when it lives on this host and its GPU is reachable
+  // (same device, or peer access over NVLink/PCIe); other peers stay null (proxy path).
+  void connect(const std::vector<std::vector<uint8_t>>& infos);
+  bool connected() const { return connected_; }
+  // True if rank r is reached by direct stores.
+  bool peer_direct(int r) const { return r >= 0 && r < num_ranks_ && host_peers_[r] != nullptr; }
+
+  // Checks the shape against the buffer and the limits; throws InvalidArgument naming the problem.
+  ll::Layout layout_for(const LLShape& s) const;
+
+  // Fills the shared part of the kernel arguments for the next dispatch/combine (toggles the
+  // buffer half) after checking for an earlier asynchronous error.
+  ll::Common next_dispatch_common(const LLShape& s, int num_tokens, int num_topk);
+  ll::Common next_combine_common(const LLShape& s, int num_tokens, int num_topk);
+
+  // Launch the given phases (kPhaseSend, kPhaseRecv or both) on `stream`. No sync, no allocation.
+  void launch(ll::DispatchArgs a, int phases, cudaStream_t stream) const;
+  void launch(ll::CombineArgs a, int phases, cudaStream_t stream) const;
+
+  // Zero the signals and counters of both halves (after a timeout, or a shape change), on the
+  // current device synchronously.
+  void clean();
+  // Throws TimeoutError (or InvalidArgument for misuse detected on the device) if a kernel
+  // reported an error; clears nothing (the buffer must be cleaned or rebuilt).
+  void check_error() const;
+  void destroy();
+
+  int rank() const { return rank_; }
+  int num_ranks() const { return num_ranks_; }
+  int64_t num_bytes() const { return num_bytes_; }
+  int device() const { return device_; }
+  uint8_t* local_ptr() const { return local_; }
+
+ private:
+  ll::Common common_for(const LLShape& s, int num_tokens, int num_topk, int buf);
+  int rank_, num_ranks_, device_ = 0, num_blocks_ = 0;
+  int64_t num_bytes_;
+  uint8_t* local_ = nullptr;
+  int32_t* ws_ = nullptr;        // scratch counters (device)
+  int64_t ws_ints_ = 0;
+  uint8_t** dev_peers_ = nullptr;  // device array [R]
+  std::vector<uint8_t*> host_peers_;
+  std::vector<bool> opened_;       // host_peers_[r] came from cudaIpcOpenMemHandle
+  ll::ErrorRecord* err_host_ = nullptr;
+  ll::ErrorRecord* err_dev_ = nullptr;
+  uint64_t timeout_ns_ = 0;
+  int dispatch_half_ = 0, combine_half_ = 0;
+  int64_t max_experts_ = 0;  // workspace sized for this many experts
+  bool connected_ = false;
+  bool destroyed_ = false;
+};
+
+}  // namespace anyep

@@ -1,0 +1,531 @@
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
+
+#include <cuda.h>  // driver types only (CUdeviceptr, CUresult); entry points come through cudart
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "transport/cuda_ipc/cuda_ipc_wire.h"
+#include "transport/cuda_ipc/imm_inbox.h"
+#include "transport/region_table.h"
+
+namespace anyep::transport::cuda_ipc {
+
+namespace {
+
+static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "WireRegion::ipc_handle must hold a cudaIpcMemHandle_t");
+
+std::string cuda_msg(const char* call, cudaError_t e) {
+  return std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+#define CIPC_CUDA_THROW(call, ctx)                                                       \
+  do {                                                                                  \
+    cudaError_t e_ = (call);                                                            \
+    if (e_ != cudaSuccess) throw CudaError(std::string(ctx) + ": " + cuda_msg(#call, e_)); \
+  } while (0)
+
+// Random per process: two endpoints with the same token share an address space, where CUDA IPC
+// handles cannot be opened (and are not needed: the exporter's pointer is valid as it is).
+uint64_t process_token() {
+  static const uint64_t token = [] {
+    std::random_device rd;
+    uint64_t t = (uint64_t{rd()} << 32) ^ rd() ^ (uint64_t(getpid()) << 16);
+    return t ? t : 1;
+  }();
+  return token;
+}
+
+std::string unique_inbox_name(uint32_t rank) {
+  static std::atomic<uint32_t> seq{0};
+  std::random_device rd;
+  char buf[kShmNameBytes];
+  std::snprintf(buf, sizeof buf, "/anyep-cipc-%d-r%u-%u-%08x", static_cast<int>(getpid()), rank,
+                seq.fetch_add(1), static_cast<unsigned>(rd()));
+  return buf;
+}
+
+// cuMemGetAddressRange through the runtime's driver entry point, so nothing links libcuda (the
+// library must load on machines without a GPU driver).
+using GetAddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+GetAddressRangeFn get_address_range_fn() {
+  static GetAddressRangeFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<GetAddressRangeFn>(p);
+  }();
+  return fn;
+}
+
+
+// A posted operation waiting for its copy (if any) and then for room in the peer's inbox.
+struct Op {
+  uint64_t context;
+  uint32_t dst;
+  uint32_t imm;
+  bool has_imm;
+};
+
+// An event recorded after the last `n_ops` copies of a stream: when it fires they are all done.
+struct Fence {
+  cudaEvent_t event;
+  uint32_t n_ops;
+};
+
+struct CopyStream {
+  cudaStream_t stream = nullptr;
+  std::deque<Op> ops;  // issued on this stream, oldest first
+  std::deque<Fence> fences;
+  uint32_t unfenced = 0;  // ops at the back of `ops` not yet covered by a fence
+};
+
+class CudaIpcTransport final : public Transport {
+ public:
+  explicit CudaIpcTransport(const Options& o) : opt_(o) {
+    if (o.num_ranks == 0 || o.rank >= o.num_ranks)
+      throw InvalidArgument("cuda-ipc transport: rank " + std::to_string(o.rank) + " out of range (num_ranks " +
+                            std::to_string(o.num_ranks) + ")");
+    if (o.max_outstanding == 0 || o.num_streams == 0)
+      throw InvalidArgument("cuda-ipc transport: max_outstanding and num_streams must be >= 1");
+    int ndev = 0;
+    CIPC_CUDA_THROW(cudaGetDeviceCount(&ndev), where());
+    if (o.device < 0 || o.device >= ndev)
+      throw InvalidArgument(where() + ": device " + std::to_string(o.device) + " does not exist (" + std::to_string(ndev) +
+                            " visible)");
+    caps_.backend = "cuda-ipc";
+    caps_.provider = "cuda-ipc";
+    caps_.ordered_writes = false;  // several copy streams; completions and immediates come in any order
+    caps_.imm_bytes = 4;
+    caps_.native_atomics = false;
+    caps_.gpu_memory = true;
+    caps_.max_write_bytes = 1ull << 40;
+    caps_.num_nics = 1;
+    inbox_ = ImmInbox::create(unique_inbox_name(o.rank), o.num_ranks, o.imm_slots);  // checks imm_slots
+    CIPC_CUDA_THROW(cudaSetDevice(o.device), where());
+    streams_.resize(o.num_streams);
+    for (auto& s : streams_) CIPC_CUDA_THROW(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), where());
+    ipc_mappings_.resize(o.num_ranks);
+    pending_imms_.resize(o.num_ranks);
+  }
+
+  ~CudaIpcTransport() override {
+    cudaSetDevice(opt_.device);
+    for (auto& s : streams_) fence(s);  // copies not yet behind an event get one
+    // Bounded wait for copies still in flight: the memory they touch may be freed right after.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt_.teardown_timeout_s);
+    bool drained = false;
+    while (!drained) {
+      drained = true;
+      for (auto& s : streams_)
+        for (auto& f : s.fences) drained = drained && cudaEventQuery(f.event) != cudaErrorNotReady;
+      if (drained || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    size_t lost = 0;
+    for (auto& q : pending_imms_) lost += q.size();
+    for (auto& s : streams_) lost += s.ops.size();
+    if (!drained)
+      std::fprintf(stderr, "anyep: %s: copies still in flight after %.1f s at teardown; IPC mappings are leaked\n",
+                   where().c_str(), opt_.teardown_timeout_s);
+    if (lost)
+      std::fprintf(stderr, "anyep: %s: destroyed with %zu writes/immediates not yet delivered\n", where().c_str(), lost);
+    for (auto& s : streams_) {
+      for (auto& f : s.fences) free_events_.push_back(f.event);
+      if (s.stream && drained) cudaStreamDestroy(s.stream);
+    }
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    if (drained)
+      for (auto& peer : ipc_mappings_)
+        for (void* m : peer)
+          if (m) cudaIpcCloseMemHandle(m);
+    // inbox_ unlinks its segment; peer_inboxes_ unmap theirs.
+  }
+
+  const Capabilities& capabilities() const override { return caps_; }
+  uint32_t rank() const override { return opt_.rank; }
+  uint32_t num_ranks() const override { return opt_.num_ranks; }
+
+  MrId register_memory(void* base, size_t length, MemKind kind) override {
+    if (kind != MemKind::kCuda)
+      throw Unsupported(where() + ": only GPU memory (MemKind::kCuda) can be registered; host memory has no CUDA IPC handle");
+    if (!base || !length)
+      throw InvalidArgument(where() + ": register_memory needs a non-null base and length > 0 (got length " +
+                            std::to_string(length) + ")");
+    CIPC_CUDA_THROW(cudaSetDevice(opt_.device), where());
+    cudaPointerAttributes attr{};
+    cudaError_t e = cudaPointerGetAttributes(&attr, base);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw InvalidArgument(where() + ": register_memory: " + cuda_msg("cudaPointerGetAttributes", e));
+    }
+    if (attr.type != cudaMemoryTypeDevice)
+      throw InvalidArgument(where() + ": register_memory: pointer is not cudaMalloc'd device memory (memory type " +
+                            std::to_string(static_cast<int>(attr.type)) + "); MemKind::kCuda needs device memory");
+    if (attr.device != opt_.device)
+      throw InvalidArgument(where() + ": register_memory: memory lives on device " + std::to_string(attr.device) +
+                            ", this endpoint drives device " + std::to_string(opt_.device));
+    GetAddressRangeFn range = get_address_range_fn();
+    if (!range) throw CudaError(where() + ": cuMemGetAddressRange is not available from the driver");
+    CUdeviceptr alloc_base = 0;
+    size_t alloc_size = 0;
+    if (CUresult r = range(&alloc_base, &alloc_size, reinterpret_cast<CUdeviceptr>(base)); r != CUDA_SUCCESS)
+      throw CudaError(where() + ": cuMemGetAddressRange failed with CUresult " + std::to_string(static_cast<int>(r)));
+    uint64_t offset = reinterpret_cast<uint64_t>(base) - alloc_base;
+    if (offset + length > alloc_size)
+      throw InvalidArgument(where() + ": register_memory: [base, base+" + std::to_string(length) +
+                            ") runs past the end of its allocation (" + std::to_string(alloc_size - offset) + " bytes left)");
+    WireRegion wire{};
+    wire.magic = kRegionMagic;
+    wire.version = kWireVersion;
+    wire.device = static_cast<uint16_t>(opt_.device);
+    wire.process_token = process_token();
+    wire.alloc_base = alloc_base;
+    wire.offset = offset;
+    wire.length = length;
+    cudaIpcMemHandle_t h{};
+    e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(alloc_base));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw CudaError(where() + ": register_memory: " + cuda_msg("cudaIpcGetMemHandle", e) +
+                      " (memory from cudaMallocAsync pools or cuMemCreate cannot be shared through legacy CUDA IPC)");
+    }
+    std::memcpy(wire.ipc_handle, &h, sizeof h);
+    exported_.push_back(wire);
+    return regions_.add_local(reinterpret_cast<uint64_t>(base), length);
+  }
+
+  std::vector<uint8_t> export_mr(MrId id) const override {
+    if (id >= exported_.size()) throw InvalidArgument(where() + ": export_mr of unknown region " + std::to_string(id));
+    std::vector<uint8_t> d(sizeof(WireRegion));
+    std::memcpy(d.data(), &exported_[id], sizeof(WireRegion));
+    return d;
+  }
+
+  std::vector<uint8_t> local_address() const override {
+    WireAddress a{};
+    a.magic = kAddressMagic;
+    a.version = kWireVersion;
+    a.device = static_cast<uint16_t>(opt_.device);
+    a.rank = opt_.rank;
+    a.num_ranks = opt_.num_ranks;
+    a.process_token = process_token();
+    a.pid = static_cast<uint32_t>(getpid());
+    a.inbox_slots = opt_.imm_slots;
+    std::snprintf(a.inbox_name, sizeof a.inbox_name, "%s", inbox_.name().c_str());
+    std::vector<uint8_t> v(sizeof a);
+    std::memcpy(v.data(), &a, sizeof a);
+    return v;
+  }
+
+  void connect(const std::vector<std::vector<uint8_t>>& addresses) override {
+    if (connected_) throw InvalidArgument(where() + ": connect called twice");
+    if (addresses.size() != opt_.num_ranks)
+      throw InvalidArgument(where() + ": connect got " + std::to_string(addresses.size()) + " addresses for " +
+                            std::to_string(opt_.num_ranks) + " ranks");
+    peers_.resize(opt_.num_ranks);
+    for (uint32_t r = 0; r < opt_.num_ranks; ++r) {
+      const auto& b = addresses[r];
+      WireAddress a{};
+      if (b.size() != sizeof a) throw InvalidArgument(where() + ": address of rank " + std::to_string(r) + " has " +
+                                                      std::to_string(b.size()) + " bytes, expected " + std::to_string(sizeof a));
+      std::memcpy(&a, b.data(), sizeof a);
+      a.inbox_name[kShmNameBytes - 1] = '\0';
+      if (a.magic != kAddressMagic || a.version != kWireVersion)
+        throw InvalidArgument(where() + ": address of rank " + std::to_string(r) + " is not a cuda-ipc address (magic/version)");
+      if (a.rank != r || a.num_ranks != opt_.num_ranks)
+        throw InvalidArgument(where() + ": address at index " + std::to_string(r) + " is rank " + std::to_string(a.rank) +
+                              " of a " + std::to_string(a.num_ranks) + "-rank job");
+      peers_[r] = a;
+    }
+    if (std::strcmp(peers_[opt_.rank].inbox_name, inbox_.name().c_str()) != 0)
+      throw InvalidArgument(where() + ": addresses[" + std::to_string(opt_.rank) + "] is not this endpoint's own address");
+    peer_inboxes_.resize(opt_.num_ranks);
+    outbox_.assign(opt_.num_ranks, nullptr);
+    for (uint32_t r = 0; r < opt_.num_ranks; ++r) {
+      if (r == opt_.rank) {
+        outbox_[r] = &inbox_;
+        continue;
+      }
+      try {
+        peer_inboxes_[r] = ImmInbox::attach(peers_[r].inbox_name, opt_.num_ranks, peers_[r].inbox_slots);
+      } catch (const Error& e) {
+        throw TransportError(where() + ": cannot reach rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) +
+                             "): " + e.what());
+      }
+      outbox_[r] = &peer_inboxes_[r];
+    }
+    connected_ = true;
+  }
+
+  void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
+    if (peer >= opt_.num_ranks)
+      throw InvalidArgument(where() + ": import_mr from unknown peer " + std::to_string(peer) + " (num_ranks " +
+                            std::to_string(opt_.num_ranks) + ")");
+    WireRegion w{};
+    if (desc.size() != sizeof w)
+      throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
+                            ": descriptor has " + std::to_string(desc.size()) + " bytes, expected " + std::to_string(sizeof w));
+    std::memcpy(&w, desc.data(), sizeof w);
+    if (w.magic != kRegionMagic || w.version != kWireVersion)
+      throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
+                            ": not a cuda-ipc region descriptor (magic/version)");
+    if (connected_ && w.process_token != peers_[peer].process_token)
+      throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " was exported by another process than rank " +
+                            std::to_string(peer));
+    CIPC_CUDA_THROW(cudaSetDevice(opt_.device), where());
+    uint8_t* ptr = nullptr;       // region start, valid in this process
+    void* mapping = nullptr;      // what to cudaIpcCloseMemHandle (null: same process)
+    if (w.process_token == process_token()) {
+      // Same address space: the exporter's pointer is ours too (UVA); peer access if on another GPU.
+      if (w.device != opt_.device) enable_peer_access(w.device);
+      ptr = reinterpret_cast<uint8_t*>(w.alloc_base + w.offset);
+    } else {
+      cudaIpcMemHandle_t h;
+      std::memcpy(&h, w.ipc_handle, sizeof h);
+      void* p = nullptr;
+      // The driver reference-counts repeated opens of one allocation; each is closed once.
+      cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        throw CudaError(where() + ": import_mr of region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
+                        " (device " + std::to_string(w.device) + "): " + cuda_msg("cudaIpcOpenMemHandle", e));
+      }
+      mapping = p;
+      ptr = static_cast<uint8_t*>(p) + w.offset;
+    }
+    auto& v = ipc_mappings_[peer];
+    if (v.size() <= remote_id) v.resize(size_t{remote_id} + 1, nullptr);
+    if (v[remote_id]) cudaIpcCloseMemHandle(v[remote_id]);  // a re-import replaces the old mapping
+    v[remote_id] = mapping;
+    regions_.set_remote(peer, remote_id, reinterpret_cast<uint64_t>(ptr), w.length);
+  }
+
+  int post_write(const WriteDesc& w) override {
+    size_t posted = 0;
+    return post_writes(&w, 1, &posted);
+  }
+
+  // Copies are fenced lazily (see maybe_fence): a cudaEventRecord per write would halve the
+  // small-write rate, one per batch of writes costs nothing measurable.
+  int post_writes(const WriteDesc* w, size_t n, size_t* posted) override {
+    *posted = 0;
+    if (!n) return 0;
+    if (int rc = ensure_device()) return rc;
+    CopyStream& s = streams_[next_stream_];
+    next_stream_ = (next_stream_ + 1) % streams_.size();
+    int rc = 0;
+    for (; *posted < n; ++*posted) {
+      const WriteDesc& d = w[*posted];
+      if ((rc = check_write(d))) break;
+      if (outstanding_ >= opt_.max_outstanding) {
+        rc = fail(-EAGAIN, kFullMsg);
+        break;
+      }
+      Op op{d.context, d.dst_rank, d.imm, d.has_imm};
+      if (d.length == 0) {  // nothing to copy: the data is trivially in place
+        ++outstanding_;
+        finish_copy(op);
+        continue;
+      }
+      // check_write vouched for both regions; their bases are addresses valid in this process.
+      cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
+                                      reinterpret_cast<const void*>(regions_.local(d.local_mr)->base + d.local_offset),
+                                      d.length, cudaMemcpyDefault, s.stream);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        rc = fail(-EIO, "post_write to rank " + std::to_string(d.dst_rank) + ": " + cuda_msg("cudaMemcpyAsync", e));
+        break;
+      }
+      ++outstanding_;
+      s.ops.push_back(op);
+      ++s.unfenced;
+    }
+    if (int frc = maybe_fence(s); frc && !rc) rc = frc;
+    return rc;
+  }
+
+  int post_imm(uint32_t dst_rank, uint32_t imm, uint64_t context) override {
+    if (int rc = check_peer(dst_rank)) return rc;
+    if (outstanding_ >= opt_.max_outstanding) return fail(-EAGAIN, kFullMsg);
+    ++outstanding_;
+    finish_copy(Op{context, dst_rank, imm, true});
+    return 0;
+  }
+
+  int poll(Completion* comps, size_t max_comps, size_t* n_comps, ImmEvent* imms, size_t max_imms,
+           size_t* n_imms) override {
+    *n_comps = 0;
+    *n_imms = 0;
+    int rc = ensure_device();
+    if (!rc) {
+      reap_copies();
+      for (auto& s : streams_)
+        if (int frc = maybe_fence(s); frc && !rc) rc = frc;
+    }
+    for (uint32_t p = 0; p < pending_imms_.size(); ++p) flush_imms(p);
+    while (*n_comps < max_comps && !done_.empty()) {
+      comps[(*n_comps)++] = done_.front();
+      done_.pop_front();
+      --outstanding_;
+    }
+    *n_imms = inbox_.drain(imms, max_imms);
+    return rc;
+  }
+
+  std::string last_error() const override { return last_error_; }
+
+ private:
+  // Backpressure is routine: its message is a constant, so -EAGAIN costs no allocation.
+  static constexpr const char* kFullMsg = "max_outstanding operations in flight; poll() and retry";
+  std::string where() const {
+    return "cuda-ipc transport (rank " + std::to_string(opt_.rank) + ", device " + std::to_string(opt_.device) + ")";
+  }
+  int fail(int rc, std::string_view msg) {
+    last_error_.assign(where_).append(": ").append(msg);
+    return rc;
+  }
+  int ensure_device() {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == opt_.device) return 0;
+    cudaError_t e = cudaSetDevice(opt_.device);
+    return e == cudaSuccess ? 0 : fail(-EIO, cuda_msg("cudaSetDevice", e));
+  }
+  void enable_peer_access(int peer_device) {
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, opt_.device, peer_device) == cudaSuccess && can) {
+      cudaError_t e = cudaDeviceEnablePeerAccess(peer_device, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+    }  // without peer access cudaMemcpyAsync still works (staged by the driver), only slower
+  }
+
+  int check_peer(uint32_t peer) {
+    if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
+    if (auto e = regions_.check_peer(peer); !e.empty()) return fail(-EINVAL, e);
+    return 0;
+  }
+  int check_write(const WriteDesc& d) {
+    if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
+    if (auto e = regions_.check_write(d, caps_); !e.empty()) return fail(-EINVAL, "post_write: " + e);
+    return 0;
+  }
+
+  // An idle stream (no event in flight) is fenced at once, so a lone write completes with no
+  // added delay. Copies issued while an event is in flight would finish after it anyway: they
+  // wait (up to kFenceBatch of them) for the poll() that reaps that event and fences them all.
+  static constexpr uint32_t kFenceBatch = 64;
+  int maybe_fence(CopyStream& s) {
+    if (!s.unfenced || (!s.fences.empty() && s.unfenced < kFenceBatch)) return 0;
+    return fence(s);
+  }
+  // Records one event behind the stream's unfenced copies.
+  int fence(CopyStream& s) {
+    if (!s.unfenced) return 0;
+    cudaEvent_t ev = nullptr;
+    if (!free_events_.empty()) {
+      ev = free_events_.back();
+      free_events_.pop_back();
+    } else if (cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming); e != cudaSuccess) {
+      cudaGetLastError();
+      return fail_unfenced(s, cuda_msg("cudaEventCreateWithFlags", e));
+    }
+    if (cudaError_t e = cudaEventRecord(ev, s.stream); e != cudaSuccess) {
+      cudaGetLastError();
+      free_events_.push_back(ev);
+      return fail_unfenced(s, cuda_msg("cudaEventRecord", e));
+    }
+    s.fences.push_back({ev, s.unfenced});
+    s.unfenced = 0;
+    return 0;
+  }
+  // Copies already issued but without an event: wait for the stream (bounded by the GPU, this is
+  // an error path) and complete them as failed, since we cannot tell when their data landed.
+  int fail_unfenced(CopyStream& s, const std::string& why) {
+    cudaStreamSynchronize(s.stream);
+    for (; s.unfenced; --s.unfenced) {
+      done_.push_back({s.ops.back().context, -EIO});
+      s.ops.pop_back();
+    }
+    return fail(-EIO, "cannot track copy completion: " + why);
+  }
+
+  // Moves every copy whose fence has fired on to immediate delivery (or straight to done).
+  void reap_copies() {
+    for (auto& s : streams_) {
+      while (!s.fences.empty()) {
+        Fence f = s.fences.front();
+        cudaError_t e = cudaEventQuery(f.event);
+        if (e == cudaErrorNotReady) break;
+        int status = 0;
+        if (e != cudaSuccess) {
+          cudaGetLastError();
+          status = -EIO;
+          fail(-EIO, "copy to a peer failed: " + cuda_msg("cudaEventQuery", e));
+        }
+        for (uint32_t i = 0; i < f.n_ops; ++i) {
+          Op op = s.ops.front();
+          s.ops.pop_front();
+          if (status) done_.push_back({op.context, status});  // no immediate: the data may not be there
+          else finish_copy(op);
+        }
+        s.fences.pop_front();
+        free_events_.push_back(f.event);
+      }
+    }
+  }
+
+  // The op's data is in place: its immediate may now go (queued behind earlier ones to that peer).
+  void finish_copy(const Op& op) {
+    if (!op.has_imm) {
+      done_.push_back({op.context, 0});
+      return;
+    }
+    pending_imms_[op.dst].push_back(op);
+    flush_imms(op.dst);
+  }
+  void flush_imms(uint32_t peer) {
+    auto& q = pending_imms_[peer];
+    // The ring's release store of head publishes the immediate after this thread observed the
+    // copy's event as complete, so the peer that acquires it finds the data in its memory.
+    while (!q.empty() && outbox_[peer]->push(opt_.rank, q.front().imm)) {
+      done_.push_back({q.front().context, 0});
+      q.pop_front();
+    }
+  }
+
+  Options opt_;
+  std::string where_ = where();
+  Capabilities caps_;
+  std::string last_error_;
+  bool connected_ = false;
+  std::vector<CopyStream> streams_;
+  size_t next_stream_ = 0;
+  std::vector<cudaEvent_t> free_events_;
+  RegionTable regions_{opt_.num_ranks};             // bounds of local and imported regions
+  std::vector<WireRegion> exported_;                // [local MrId]: what export_mr hands out
+  std::vector<std::vector<void*>> ipc_mappings_;    // [peer][remote MrId]: to close at teardown
+  std::vector<WireAddress> peers_;
+  ImmInbox inbox_;
+  std::vector<ImmInbox> peer_inboxes_;
+  std::vector<ImmInbox*> outbox_;  // outbox_[r]: where immediates for rank r go (own inbox for r == rank)
+  std::vector<std::deque<Op>> pending_imms_;  // per peer: data in place, waiting for inbox room
+  std::deque<Completion> done_;
+  uint32_t outstanding_ = 0;  // posted and not yet returned by poll()
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_endpoint(const Options& options) { return std::make_unique<CudaIpcTransport>(options); }
+
+}  // namespace anyep::transport::cuda_ipc

@@ -1,0 +1,32 @@
+// anyep/src/transport/cuda_ipc/cuda_ipc_transport.h — a GPUDirect-RDMA NIC stand-in for processes
+// of one host. Registered GPU memory is shared through CUDA IPC; a write is a copy-engine copy
+// (cudaMemcpyAsync on streams this endpoint owns, posted by the proxy thread); its completion is a
+// CUDA event, checked with cudaEventQuery in poll(); the immediate goes to the peer through a
+// shared-memory ring only after that event has fired, so the peer sees data before immediate.
+// Like EFA: no ordering between writes (several streams), no atomics, 32-bit immediates.
+// Only GPU memory can be registered (host memory: anyep::Unsupported).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace anyep::transport::cuda_ipc {
+
+struct Options {
+  uint32_t rank = 0;
+  uint32_t num_ranks = 1;
+  int device = 0;                  // CUDA device of this endpoint; its registrations must live there
+  uint32_t max_outstanding = 1024; // writes + immediates posted but not yet completed (-EAGAIN beyond)
+  uint32_t imm_slots = 4096;       // immediates per (src, dst) shared-memory ring (power of two)
+  uint32_t num_streams = 2;        // copy streams, used round robin per post call
+  double teardown_timeout_s = 10;  // destructor: longest wait for copies still in flight
+};
+
+// Creates the endpoint (its copy streams, events and its shared-memory inbox). Throws
+// anyep::CudaError when the device cannot be used, anyep::InvalidArgument for bad options.
+std::unique_ptr<Transport> make_endpoint(const Options& options);
+
+}  // namespace anyep::transport::cuda_ipc

@@ -1,0 +1,53 @@
+// LL buffer layout: the footprint at the DeepEP shape and that regions do not overlap.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kernels/ll_layout.h"
+
+namespace anyep::ll {
+namespace {
+
+TEST(LLLayout, DeepEPShapeFootprint) {
+  const Layout g{128, 7168, 2, 288};
+  EXPECT_EQ(g.L(), 144);
+  EXPECT_EQ(g.msg_bytes(), 16u + 2u * 7168u);
+  EXPECT_EQ(g.signal_bytes(), 4608u);
+  EXPECT_EQ(g.dispatch_half_bytes(), 288ull * 128ull * 14352ull);
+  EXPECT_EQ(g.combine_half_bytes(), 128ull * kMaxTopk * 2ull * 7168ull);
+  EXPECT_EQ(g.total_bytes(), 1116869120ull);  // docs/ll.md; DeepEP needs 2.15 GB here
+  EXPECT_LT(g.total_bytes(), 2150000000ull);
+}
+
+TEST(LLLayout, RegionsAreDisjointAndInside) {
+  for (const Layout g : {Layout{128, 7168, 2, 288}, Layout{64, 2048, 4, 24}, Layout{1, 128, 1, 1}}) {
+    const int64_t L = g.L();
+    // Signals fit in their area.
+    EXPECT_LE(g.combine_flag_off(1, g.E - 1) + 4, g.signal_bytes());
+    EXPECT_LE(g.dispatch_count_off(1, L - 1, g.R - 1) + 4, g.combine_flag_off(0, 0));
+    // Dispatch slots follow the signals; consecutive slots/regions are one message apart.
+    EXPECT_EQ(g.dispatch_slot_off(0, 0, 0, 0), g.signal_bytes());
+    EXPECT_EQ(g.dispatch_slot_off(0, 0, 0, 1) - g.dispatch_slot_off(0, 0, 0, 0), g.msg_bytes());
+    EXPECT_EQ(g.dispatch_slot_off(0, 0, 1 % g.R, 0) - g.dispatch_slot_off(0, 0, 0, 0),
+              g.R > 1 ? g.T * g.msg_bytes() : 0u);
+    EXPECT_EQ(g.dispatch_slot_off(1, 0, 0, 0), g.signal_bytes() + g.dispatch_half_bytes());
+    EXPECT_EQ(g.dispatch_slot_off(1, L - 1, g.R - 1, g.T - 1) + g.msg_bytes(), g.combine_slot_off(0, 0, 0));
+    EXPECT_EQ(g.combine_slot_off(1, g.T - 1, kMaxTopk - 1) + g.combine_slot_bytes(), g.total_bytes());
+    // Every message and slot is 16-byte aligned (16-byte vector stores).
+    EXPECT_EQ(g.msg_bytes() % 16, 0u);
+    EXPECT_EQ(g.signal_bytes() % 16, 0u);
+    EXPECT_EQ(g.fp8_scale_offset() % 16, 0u);
+    EXPECT_EQ(g.combine_slot_bytes() % 16, 0u);
+  }
+}
+
+TEST(LLLayout, UnsupportedShapesNameTheProblem) {
+  EXPECT_EQ(layout_unsupported(Layout{128, 7168, 2, 288}), nullptr);
+  EXPECT_NE(std::string(layout_unsupported(Layout{128, 100, 2, 288})).find("hidden"), std::string::npos);
+  EXPECT_NE(std::string(layout_unsupported(Layout{128, 32768, 2, 288})).find("hidden"), std::string::npos);
+  EXPECT_NE(std::string(layout_unsupported(Layout{128, 7168, 2, 287})).find("num_experts"), std::string::npos);
+  EXPECT_NE(std::string(layout_unsupported(Layout{0, 7168, 2, 288})).find("tokens"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace anyep::ll

@@ -1,0 +1,426 @@
+"""Multi-process harness for the LL tests: every rank runs the same list of checks against a
+torch reference computed from all ranks' inputs (each rank regenerates the others' inputs from
+their seeds). Results come back as {check: "ok" | failure text} per rank."""
+import datetime
+import faulthandler
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+FP8_MAX = 448.0
+
+
+def make_inputs(seed, n, hidden, k, num_experts, drop=0.15, exclude=None, device="cuda"):
+    """Tokens, routing (distinct experts per token, some -1, some tokens routed nowhere), weights."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, hidden, generator=g) * (torch.rand(n, 1, generator=g) * 4 + 0.1)
+    scores = torch.rand(n, num_experts, generator=g)
+    if exclude is not None:
+        scores[:, exclude] = -1.0
+    idx = scores.topk(k, dim=1).indices.to(torch.int64)
+    idx[torch.rand(n, k, generator=g) < drop] = -1
+    if n > 2:
+        idx[1] = -1  # a token that goes nowhere
+    w = torch.rand(n, k, generator=g).float()
+    return x.to(torch.bfloat16).to(device), idx.to(device), w.to(device)
+
+
+def expert_scale(num_experts, device="cuda"):
+    return (0.5 + (torch.arange(num_experts, device=device) % 5).float() * 0.25)
+
+
+def ref_scales(x_rows, round_scale):
+    g = x_rows.float().view(x_rows.size(0), -1, 128)
+    s = g.abs().amax(dim=2).clamp(min=1e-4) / FP8_MAX
+    if round_scale:
+        s = torch.exp2(torch.ceil(torch.log2(s)))
+    return s
+
+
+def unpack_ue8m0(packed):
+    """int32 [rows, G/4] -> float scales [rows, G]."""
+    p = packed.to(torch.int64) & 0xFFFFFFFF
+    b = torch.stack([(p >> (8 * j)) & 0xFF for j in range(4)], dim=2).reshape(p.size(0), -1)
+    return torch.exp2(b.float() - 127.0)
+
+
+def check_dispatch(me, world, L, T, inputs, recv, recv_count, handle, mode):
+    """inputs[s] = (x, idx, w) of rank s; mode in bf16 / fp8 / ue8m0."""
+    src_info, layout_range = handle[0], handle[1]
+    assert handle[2] == T and handle[4] == L * world, f"handle tail {handle[2:]}"
+    rc = recv_count.cpu()
+    lr = layout_range.cpu()
+    si = src_info.cpu()
+    for l in range(L):
+        e = me * L + l
+        spans = []
+        for s in range(world):
+            x_s, idx_s, _ = inputs[s]
+            tokens = (idx_s == e).any(dim=1).nonzero().flatten().cpu()
+            begin, count = int(lr[l, s]) >> 32, int(lr[l, s]) & 0xFFFFFFFF
+            assert count == tokens.numel(), f"expert {e} from rank {s}: count {count}, expected {tokens.numel()}"
+            rows = si[l, begin:begin + count]
+            assert sorted(rows.tolist()) == tokens.tolist(), f"expert {e} from rank {s}: wrong source tokens"
+            spans.append((begin, count))
+            if count == 0:
+                continue
+            ref = x_s[rows.to(x_s.device)]
+            if mode == "bf16":
+                got = recv[l, begin:begin + count]
+                assert torch.equal(got, ref), f"expert {e} from rank {s}: BF16 payload differs"
+            else:
+                q, sc = recv
+                got = q[l, begin:begin + count].float()
+                if mode == "fp8":
+                    scales = sc[l, begin:begin + count].float()
+                    want = ref_scales(ref, False)
+                    assert torch.allclose(scales, want, rtol=1e-5, atol=0), f"expert {e} from rank {s}: scales differ"
+                else:
+                    scales = unpack_ue8m0(sc[l, begin:begin + count])
+                    want = ref_scales(ref, True)
+                    assert torch.equal(scales, want), f"expert {e} from rank {s}: UE8M0 scales differ"
+                full = scales.repeat_interleave(128, dim=1)
+                deq = got * full
+                err = (deq - ref.float()).abs()
+                bound = 0.0625 * ref.float().abs() + full * 2.0 ** -7
+                assert bool((err <= bound).all()), f"expert {e} from rank {s}: FP8 payload off by {float(err.max())}"
+        spans.sort()
+        pos = 0
+        for b, c in spans:
+            assert b == pos, f"expert {e}: layout ranges not packed: {spans}"
+            pos += c
+        assert int(rc[l]) == pos, f"expert {e}: recv_count {int(rc[l])}, expected {pos}"
+
+
+def expert_outputs(me, L, recv_bf16, scale):
+    return (recv_bf16.float() * scale[me * L:(me + 1) * L, None, None]).to(torch.bfloat16)
+
+
+def combine_ref(x, idx, w, scale):
+    valid = idx >= 0
+    s = scale[idx.clamp(min=0)]  # [N, K]
+    contrib = (x.float()[:, None, :] * s[:, :, None]).to(torch.bfloat16).float()
+    return (contrib * (w * valid)[:, :, None]).sum(dim=1)
+
+
+def check_combine(out, x, idx, w, scale, what):
+    ref = combine_ref(x, idx, w, scale)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2, msg=lambda m: f"{what}: {m}")
+
+
+def poison_like(shape, dtype, device="cuda"):
+    """Fill, then free, a block of the size the next output will take: the caching allocator
+    hands the poisoned block back, so stale data cannot pass for new output."""
+    t = torch.empty(shape, dtype=torch.uint8 if dtype.itemsize == 1 else dtype, device=device)
+    t.view(torch.uint8).fill_(0xFF)
+    del t
+
+
+class Ctx:
+    def __init__(self, me, world, buf, anyep):
+        self.me, self.world, self.buf, self.anyep = me, world, buf, anyep
+
+    def all_inputs(self, seed, n_of, H, K, E, **kw):
+        return [make_inputs(seed * 131 + s, n_of(s), H, K, E, **kw) for s in range(self.world)]
+
+    def roundtrip(self, seed, T, H, K, E, mode="bf16", n_of=None, exclude=None, hook=False, async_finish=False,
+                  check_comb=True):
+        me, world, L = self.me, self.world, E // self.world
+        n_of = n_of or (lambda s: T - (s % 3))
+        inputs = self.all_inputs(seed, n_of, H, K, E, exclude=exclude)
+        x, idx, w = inputs[me]
+        poison_like((L, world * T, H), torch.bfloat16 if mode == "bf16" else torch.float8_e4m3fn)
+        recv, cnt, handle, ev, hk = self.buf.low_latency_dispatch(
+            x, idx, T, E, use_fp8=(mode != "bf16"), round_scale=(mode == "ue8m0"), use_ue8m0=(mode == "ue8m0"),
+            async_finish=async_finish, return_recv_hook=hook)
+        if hook:
+            assert hk is not None
+            hk()
+        else:
+            assert hk is None
+        if async_finish:
+            ev.current_stream_wait()
+        check_dispatch(me, world, L, T, inputs, recv, cnt, handle, mode)
+        if not check_comb:
+            return
+        scale = expert_scale(E)
+        recv_bf16 = recv if mode == "bf16" else None
+        if recv_bf16 is None:
+            return
+        y = expert_outputs(me, L, recv_bf16, scale)
+        out = torch.full((x.size(0), H), float("nan"), dtype=torch.bfloat16, device="cuda")
+        comb, ev2, hk2 = self.buf.low_latency_combine(y, idx, w, handle, async_finish=async_finish,
+                                                       return_recv_hook=hook, out=out)
+        if hook:
+            hk2()
+        if async_finish:
+            ev2.current_stream_wait()
+        assert comb.data_ptr() == out.data_ptr()
+        check_combine(comb, x, idx, w, scale, f"combine seed {seed}")
+
+
+# ---- checks ---------------------------------------------------------------------------------------
+H_SMALL, T_SMALL, K_SMALL = 2048, 64, 6
+
+
+def e_small(world):
+    return 6 * world
+
+
+def c_bf16_random(c):
+    c.roundtrip(1, T_SMALL, H_SMALL, K_SMALL, e_small(c.world))
+
+
+def c_fp8_float_scales(c):
+    c.roundtrip(2, T_SMALL, H_SMALL, K_SMALL, e_small(c.world), mode="fp8")
+
+
+def c_fp8_ue8m0(c):
+    c.roundtrip(3, T_SMALL, H_SMALL, K_SMALL, e_small(c.world), mode="ue8m0")
+
+
+def c_receive_nothing(c):
+    E = e_small(c.world)
+    L = E // c.world
+    last = list(range((c.world - 1) * L, E))  # the last rank's experts receive nothing
+    c.roundtrip(4, T_SMALL, H_SMALL, K_SMALL, E, exclude=last + [0], n_of=lambda s: 0 if s == 0 else T_SMALL - s)
+
+
+def c_hook(c):
+    c.roundtrip(5, T_SMALL, H_SMALL, K_SMALL, e_small(c.world), hook=True)
+
+
+def small_shape(c):
+    """(E, T, H, K, L, per-expert scale) of the small checks."""
+    E = e_small(c.world)
+    return E, T_SMALL, H_SMALL, K_SMALL, E // c.world, expert_scale(E)
+
+
+def c_hook_two_microbatches(c):
+    """Two staged dispatches in flight (double buffering), received and combined afterwards."""
+    E, T, H, K, L, scale = small_shape(c)
+    mbs = []
+    for seed in (61, 62):
+        inputs = c.all_inputs(seed, lambda s: T - s, H, K, E)
+        r = c.buf.low_latency_dispatch(inputs[c.me][0], inputs[c.me][1], T, E, use_fp8=False, return_recv_hook=True)
+        mbs.append((inputs, r))
+    for _, r in mbs:
+        r[4]()
+    outs = []
+    for inputs, (recv, cnt, handle, _, _) in mbs:
+        check_dispatch(c.me, c.world, L, T, inputs, recv, cnt, handle, "bf16")
+        x, idx, w = inputs[c.me]
+        comb, _, hk = c.buf.low_latency_combine(expert_outputs(c.me, L, recv, scale), idx, w, handle,
+                                                return_recv_hook=True)
+        outs.append((comb, hk, inputs))
+    for comb, hk, inputs in outs:
+        hk()
+    for comb, hk, inputs in outs:
+        x, idx, w = inputs[c.me]
+        check_combine(comb, x, idx, w, scale, "two micro-batches")
+
+
+def c_async(c):
+    c.roundtrip(6, T_SMALL, H_SMALL, K_SMALL, e_small(c.world), async_finish=True)
+
+
+def c_cuda_graph(c):
+    E, T, H, K, L, scale = small_shape(c)
+    x_s = torch.zeros(T, H, dtype=torch.bfloat16, device="cuda")
+    idx_s = torch.full((T, K), -1, dtype=torch.int64, device="cuda")
+    w_s = torch.zeros(T, K, dtype=torch.float32, device="cuda")
+
+    def step():
+        recv, cnt, handle, _, _ = c.buf.low_latency_dispatch(x_s, idx_s, T, E, use_fp8=False)
+        out, _, _ = c.buf.low_latency_combine(expert_outputs(c.me, L, recv, scale), idx_s, w_s, handle)
+        return recv, cnt, handle, out
+
+    torch.cuda.synchronize()
+    dist.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        recv, cnt, handle, out = step()
+    for it in range(4):
+        inputs = c.all_inputs(700 + it, lambda s: T, H, K, E)
+        x, idx, w = inputs[c.me]
+        x_s.copy_(x)
+        idx_s.copy_(idx)
+        w_s.copy_(w)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_dispatch(c.me, c.world, L, T, inputs, recv, cnt, handle, "bf16")
+        check_combine(out, x, idx, w, scale, f"graph replay {it}")
+    del graph
+
+
+def c_200_iterations(c):
+    E, T, H, K = e_small(c.world), 32, 1024, 4
+    modes = ["bf16", "fp8"]
+    for it in range(200):
+        c.roundtrip(10_000 + it, T, H, K, E, mode=modes[it % 2], n_of=lambda s, it=it: (it * 7 + s * 5) % (T + 1))
+
+
+def c_deepep_shape(c):
+    """128 tokens/rank, hidden 7168, top-8, 288 experts: FP8 dispatch, then BF16 round trip."""
+    c.roundtrip(20, 128, 7168, 8, 288, mode="fp8")
+    c.roundtrip(21, 128, 7168, 8, 288, mode="bf16")
+
+
+def expect_error(exc, fragment, fn):
+    try:
+        fn()
+    except exc as e:
+        assert fragment in str(e), f"error message {str(e)!r} does not name {fragment!r}"
+        return
+    raise AssertionError(f"expected {exc.__name__} mentioning {fragment!r}")
+
+
+def c_bad_input(c):
+    E, T, H, K = e_small(c.world), T_SMALL, H_SMALL, K_SMALL
+    x, idx, w = make_inputs(9, T, H, K, E)
+    b = c.buf
+    expect_error(ValueError, "x must be BFloat16", lambda: b.low_latency_dispatch(x.float(), idx, T, E))
+    expect_error(ValueError, "dimensions", lambda: b.low_latency_dispatch(x[0], idx, T, E))
+    expect_error(ValueError, "topk_idx must be Long", lambda: b.low_latency_dispatch(x, idx.int(), T, E))
+    expect_error(ValueError, "hidden must be a multiple of 128",
+                 lambda: b.low_latency_dispatch(x[:, :100].contiguous(), idx, T, E))
+    bad = idx.clone()
+    bad[3, 0] = E
+    expect_error(ValueError, "topk_idx holds values", lambda: b.low_latency_dispatch(x, bad, T, E))
+    bad[3, 0] = -2
+    expect_error(ValueError, "topk_idx holds values", lambda: b.low_latency_dispatch(x, bad, T, E))
+    x_big, idx_big, _ = make_inputs(9, T + 1, H, K, E)
+    expect_error(ValueError, "more than num_max_dispatch_tokens_per_rank",
+                 lambda: b.low_latency_dispatch(x_big, idx_big, T, E))
+    expect_error(ValueError, "buffer too small", lambda: b.low_latency_dispatch(x, idx, 100_000, E))
+    expect_error(ValueError, "use_ue8m0 needs", lambda: b.low_latency_dispatch(x, idx, T, E, use_ue8m0=True))
+    expect_error(ValueError, "not a multiple", lambda: b.low_latency_dispatch(x, idx, T, E + 1))
+    # Combine: a real handle, wrong tensors.
+    recv, cnt, handle, _, _ = b.low_latency_dispatch(x, idx, T, E, use_fp8=False)
+    expect_error(ValueError, "x must have shape", lambda: b.low_latency_combine(recv[:, :T].contiguous(), idx, w, handle))
+    expect_error(ValueError, "topk_weights must be Float", lambda: b.low_latency_combine(recv, idx, w.double(), handle))
+    expect_error(ValueError, "handle", lambda: b.low_latency_combine(recv, idx, w, (handle[0].clone(),) + handle[1:]))
+    # The state is still consistent: a correct combine for that dispatch works.
+    scale = expert_scale(E)
+    out, _, _ = b.low_latency_combine(expert_outputs(c.me, E // c.world, recv, scale), idx, w, handle)
+    check_combine(out, x, idx, w, scale, "combine after bad input")
+
+
+CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_receive_nothing, c_hook,
+          c_hook_two_microbatches, c_async, c_cuda_graph, c_200_iterations, c_deepep_shape]
+
+
+def c_timeout(me, world, anyep):
+    """Only rank 0 dispatches: its kernel gives up after ANYEP_TIMEOUT_S and the next call names the
+    silent peer. Run last, on its own small buffer."""
+    os.environ["ANYEP_TIMEOUT_S"] = "1"
+    E, T, H = 2 * world, 8, 256
+    buf = anyep.Buffer(dist.group.WORLD, 0, anyep.Buffer.get_low_latency_rdma_size_hint(T, H, world, E),
+                       low_latency_mode=True, explicitly_destroy=True)
+    try:
+        if me == 0:
+            x, idx, _ = make_inputs(5, T, H, 2, E, drop=0.0)
+            buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
+            torch.cuda.synchronize()
+            expect_error(TimeoutError, "from rank", buf.check_async_error)
+            try:
+                buf.check_async_error()
+            except TimeoutError as e:
+                peer = int(str(e).split("from rank ")[1].split()[0])
+                assert peer != 0, f"timeout names rank {peer}, expected a silent peer: {e}"
+        dist.barrier()
+        buf.clean_low_latency_buffer(T, H, E)
+        buf.check_async_error()  # cleared
+    finally:
+        buf.destroy()
+
+
+class Progress:
+    """Per-rank progress lines, flushed at once (a killed run still shows how far it got)."""
+
+    def __init__(self, rank, world):
+        d = os.environ.get("ANYEP_TEST_LOG_DIR", "")
+        self.f = open(os.path.join(d, f"ll_w{world}_r{rank}.log"), "w") if d else None
+        self.rank = rank
+
+    def __call__(self, msg):
+        line = f"{time.strftime('%H:%M:%S')} rank {self.rank}: {msg}"
+        print(line, flush=True)
+        if self.f:
+            self.f.write(line + "\n")
+            self.f.flush()
+
+
+def settle(buf, progress):
+    """After a check: if any rank saw a device error, every rank cleans its buffer, so one failure
+    costs one timeout instead of cascading into the following checks."""
+    torch.cuda.synchronize()
+    err = 0
+    try:
+        buf.check_async_error()
+    except Exception as e:  # reported by the check itself
+        progress(f"device error: {e}")
+        err = 1
+    flag = torch.tensor([err])
+    dist.all_reduce(flag)
+    if int(flag) > 0:
+        progress("cleaning the buffer after a device error on some rank")
+        buf.clean_low_latency_buffer(8, 128, 2 * dist.get_world_size())
+    dist.barrier()
+
+
+def worker(rank, world, ngpus, port, queue):
+    results = {}
+    progress = Progress(rank, world)
+    faulthandler.enable(file=progress.f or sys.stderr)
+    faulthandler.dump_traceback_later(int(os.environ.get("ANYEP_TEST_STACKS_AFTER_S", "240")), exit=False,
+                                      file=progress.f or sys.stderr)
+    try:
+        torch.cuda.set_device(rank % ngpus)
+        os.environ.setdefault("ANYEP_TIMEOUT_S", "5")
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=120))
+        import anyep
+        import deep_ep
+        assert deep_ep.Buffer is anyep.Buffer
+        size = max(anyep.Buffer.get_low_latency_rdma_size_hint(128, 7168, world, 288),
+                   anyep.Buffer.get_low_latency_rdma_size_hint(T_SMALL, H_SMALL, world, e_small(world)))
+        buf = deep_ep.Buffer(dist.group.WORLD, 0, size, low_latency_mode=True, num_qps_per_rank=1)
+        progress(f"buffer of {size} bytes connected on GPU {rank % ngpus}")
+        ctx = Ctx(rank, world, buf, anyep)
+        for check in CHECKS:
+            t0 = time.time()
+            try:
+                check(ctx)
+                torch.cuda.synchronize()
+                buf.check_async_error()
+                results[check.__name__] = "ok"
+            except Exception:
+                results[check.__name__] = traceback.format_exc()
+            progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} "
+                     f"({time.time() - t0:.1f} s)")
+            settle(buf, progress)
+        t0 = time.time()
+        try:
+            if world > 1:
+                c_timeout(rank, world, anyep)
+            results["c_timeout"] = "ok"
+        except Exception:
+            results["c_timeout"] = traceback.format_exc()
+        progress(f"c_timeout: {'ok' if results['c_timeout'] == 'ok' else 'FAILED'} ({time.time() - t0:.1f} s)")
+        dist.barrier()
+        del buf
+        dist.destroy_process_group()
+    except Exception:
+        results["setup"] = traceback.format_exc()
+        progress("setup failed")
+    for name, r in results.items():
+        if r != "ok":
+            progress(f"{name} failure:\n{r}")
+    faulthandler.cancel_dump_traceback_later()
+    queue.put((rank, results))
