@@ -239,7 +239,7 @@ class LibfabricTransport final : public Transport {
   // every write, and the receiver takes it whenever it sees a new command: any work between two
   // writes lets the receiver in between them, the lock's cache line then moves across cores for
   // every write, and each write gets several times slower (the bookkeeping of a one-by-one loop,
-  // ~10 ns, cost 25% of the message rate at 64 B between two processes; docs/bench/transport.md).
+  // ~10 ns, cost 25-40% of the 64 B message rate between two processes; docs/bench/transport.md).
   int post_writes(const WriteDesc* w, size_t n, size_t* posted) override {
     *posted = 0;
     Prepared p[kPostChunk];
