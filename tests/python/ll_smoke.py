@@ -39,12 +39,30 @@ def main():
     step("dispatch launched")
     torch.cuda.synchronize()
     step("dispatch done, recv_count", cnt.tolist())
+    want = torch.zeros(E, dtype=torch.int64, device="cuda").scatter_add_(
+        0, idx.flatten(), torch.ones(idx.numel(), dtype=torch.int64, device="cuda"))
+    if cnt.tolist() != want.tolist():
+        step("FAIL: recv_count", cnt.tolist(), "expected", want.tolist())
+        return 1
     out, _, _ = buf.low_latency_combine(recv, idx, w, handle)
     torch.cuda.synchronize()
+    # Identity experts: out = x * sum(w), up to BF16 rounding of the sum.
     err = float((out.float() - x.float() * w.sum(1, keepdim=True)).abs().max())
     step("combine done, max abs error vs x * sum(w):", err)
     buf.check_async_error()
-    return 0 if err < 0.1 else 1
+    if not err < 0.1:
+        return 1
+    (q, scales), cnt8, _, _, hook = buf.low_latency_dispatch(x, idx, T, E, use_fp8=True, return_recv_hook=True)
+    step("FP8 dispatch send launched (hook mode)")
+    hook()
+    torch.cuda.synchronize()
+    buf.check_async_error()
+    step("FP8 dispatch received, recv_count", cnt8.tolist(), "scales", tuple(scales.shape), "stride", scales.stride())
+    if cnt8.tolist() != want.tolist():
+        step("FAIL: FP8 recv_count differs")
+        return 1
+    step("ok")
+    return 0
 
 
 if __name__ == "__main__":
