@@ -38,6 +38,7 @@ def main():
     recv, cnt, handle, _, _ = buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
     step("dispatch launched")
     torch.cuda.synchronize()
+    buf.check_async_error()
     step("dispatch done, recv_count", cnt.tolist())
     want = torch.zeros(E, dtype=torch.int64, device="cuda").scatter_add_(
         0, idx.flatten(), torch.ones(idx.numel(), dtype=torch.int64, device="cuda"))
@@ -46,11 +47,13 @@ def main():
         return 1
     out, _, _ = buf.low_latency_combine(recv, idx, w, handle)
     torch.cuda.synchronize()
-    # Identity experts: out = x * sum(w), up to BF16 rounding of the sum.
-    err = float((out.float() - x.float() * w.sum(1, keepdim=True)).abs().max())
-    step("combine done, max abs error vs x * sum(w):", err)
     buf.check_async_error()
-    if not err < 0.1:
+    # Identity experts: out = x * sum(w), up to the BF16 rounding of the result.
+    ref = x.float() * w.sum(1, keepdim=True)
+    err = float((out.float() - ref).abs().max())
+    step("combine done, max abs error vs x * sum(w):", err)
+    if not torch.allclose(out.float(), ref, rtol=1e-2, atol=1e-2):
+        step("FAIL: combine result differs")
         return 1
     (q, scales), cnt8, _, _, hook = buf.low_latency_dispatch(x, idx, T, E, use_fp8=True, return_recv_hook=True)
     step("FP8 dispatch send launched (hook mode)")
