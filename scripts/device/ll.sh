@@ -100,7 +100,7 @@ elif step smoke 45 env ANYEP_LL_TRACE=1 "$PY" -X faulthandler tests/python/ll_sm
 else
   resolve_frames "$SO" "$OUT/smoke.log" > "$OUT/smoke_frames.txt" 2>&1
   # Same run without the host-side topk_idx value check (no torch ops called from C++ before launch).
-  if step smoke_nocheck 45 env ANYEP_LL_TRACE=1 ANYEP_LL_CHECK_INPUTS=0 "$PY" -X faulthandler tests/python/ll_smoke.py; then
+  if step smoke_nocheck 45 env LL_SMOKE_PORT=29534 ANYEP_LL_TRACE=1 ANYEP_LL_CHECK_INPUTS=0 "$PY" -X faulthandler tests/python/ll_smoke.py; then
     SMOKE_OK=2
   else
     resolve_frames "$SO" "$OUT/smoke_nocheck.log" > "$OUT/smoke_nocheck_frames.txt" 2>&1
@@ -111,7 +111,7 @@ else
   if grep -q "anyep._C: fatal signal" "$OUT/smoke.log"; then
     skip smoke_gdb "the module's handler printed the native backtrace (smoke.log)"
   elif [ -n "$DBG" ]; then
-    step smoke_gdb 80 env ANYEP_LL_TRACE=1 "$DBG" -batch -nx -ex "set pagination off" -ex "set confirm off" \
+    step smoke_gdb 80 env LL_SMOKE_PORT=29535 ANYEP_LL_TRACE=1 "$DBG" -batch -nx -ex "set pagination off" -ex "set confirm off" \
       -ex "handle SIGPIPE nostop noprint" -ex "handle SIGUSR1 nostop noprint" -ex run \
       -ex "bt 40" -ex "info threads" -ex "thread apply all bt 8" \
       --args "$PY" tests/python/ll_smoke.py
