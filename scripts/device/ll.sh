@@ -82,7 +82,7 @@ if [ -n "$SO" ]; then
     nm -C "$SO" | grep -iE " [tT] (cudaLaunchKernel|__cudaRegisterFatBinary|cudaGetDevice)\b" | head || true
     echo "== exported dynamic symbols: $(nm -D --defined-only "$SO" | wc -l)"
     echo "== compile flags of ll_ext.cpp"
-    grep -A3 "ll_ext.cpp.o:" "$BUILD/build.ninja" | grep -E "FLAGS|DEFINES" | cut -c1-1500
+    grep -A6 "ll_ext.cpp.o:" "$BUILD/build.ninja" | grep -E "FLAGS|DEFINES" | cut -c1-1500
   } > "$OUT/linkcheck.txt" 2>&1
 fi
 
