@@ -131,7 +131,7 @@ else
     CHECKS=c_bf16_random,c_fp8_float_scales,c_fp8_ue8m0,c_hook
   fi
   step pytest2 70 env ANYEP_TEST_LL_CHECKS=$CHECKS ANYEP_TEST_WORLD_TIMEOUT_S=60 ANYEP_TEST_STACKS_AFTER_S=50 ANYEP_LL_TRACE=1 \
-    "$PY" -m pytest -s -q -rs -x tests/python/test_ll.py -k 2proc --junitxml="$OUT/pytest2.xml"
+    "$PY" -m pytest -s -q -rs tests/python/test_ll.py -k 2proc --junitxml="$OUT/pytest2.xml"
   step bench 60 env ANYEP_BENCH_TIMEOUT_S=55 "$PY" bench/ll/bench_ll.py --iters 200 --warmup 20 --json "$OUT/bench.json"
 fi
 
@@ -143,10 +143,10 @@ tail -n 4 "$OUT/build.log" 2>/dev/null
 for f in cpp_layout cpp_single; do echo "== $f"; grep -E "PASSED|FAILED|SKIPPED|Failure|error" "$OUT/$f.log" | head -12; done
 for f in smoke smoke_nocheck; do
   [ -f "$OUT/$f.log" ] || continue
-  echo "== $f (last 40 lines)"; tail -n 40 "$OUT/$f.log"
+  echo "== $f (last 40 lines)"; tail -n 40 "$OUT/$f.log" | { c++filt 2>/dev/null || cat; }
   [ -s "$OUT/${f}_frames.txt" ] && { echo "== $f: module frames"; cat "$OUT/${f}_frames.txt"; }
 done
-[ -f "$OUT/smoke_gdb.log" ] && { echo "== gdb"; grep -E -A40 "received signal|^#0" "$OUT/smoke_gdb.log" | head -60; }
+[ -f "$OUT/smoke_gdb.log" ] && { echo "== gdb"; grep -E -A40 "received signal|^#0" "$OUT/smoke_gdb.log" | head -60; tail -n 5 "$OUT/smoke_gdb.log"; }
 [ -f "$OUT/pytest2.log" ] && { echo "== pytest2"; grep -hE "rank [0-9]+: |passed|failed|error|Error" "$OUT/pytest2.log" | tail -n 40; }
 [ -f "$OUT/bench.log" ] && { echo "== bench"; tail -n 20 "$OUT/bench.log"; }
 echo "== summary (rc 124: timeout; rc > 128: killed by signal rc-128)"
