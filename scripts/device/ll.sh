@@ -95,29 +95,33 @@ export PYTHONPATH=$BUILD/python ANYEP_BUILD_DIR=$BUILD ANYEP_TEST_LOG_DIR=$OUT
 SMOKE_OK=0
 if [ -z "$SO" ]; then
   skip smoke "anyep._C was not built"
-elif step smoke 45 env ANYEP_LL_TRACE=1 "$PY" -X faulthandler tests/python/ll_smoke.py; then
-  SMOKE_OK=1
 else
-  resolve_frames "$SO" "$OUT/smoke.log" > "$OUT/smoke_frames.txt" 2>&1
-  # Same run without the host-side topk_idx value check (no torch ops called from C++ before launch).
-  if step smoke_nocheck 45 env LL_SMOKE_PORT=29534 ANYEP_LL_TRACE=1 ANYEP_LL_CHECK_INPUTS=0 "$PY" -X faulthandler tests/python/ll_smoke.py; then
-    SMOKE_OK=2
-  else
-    resolve_frames "$SO" "$OUT/smoke_nocheck.log" > "$OUT/smoke_nocheck_frames.txt" 2>&1
-  fi
-  # A debugger only when the module's own handler printed no native backtrace (a crash on another
-  # thread, or before the module loaded): cuda-gdb loading torch's symbols is slow.
-  DBG=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null)
-  if grep -q "anyep._C: fatal signal" "$OUT/smoke.log"; then
-    skip smoke_gdb "the module's handler printed the native backtrace (smoke.log)"
-  elif [ -n "$DBG" ]; then
-    step smoke_gdb 80 env LL_SMOKE_PORT=29535 ANYEP_LL_TRACE=1 "$DBG" -batch -nx -ex "set pagination off" -ex "set confirm off" \
-      -ex "handle SIGPIPE nostop noprint" -ex "handle SIGUSR1 nostop noprint" -ex run \
-      -ex "bt 40" -ex "info threads" -ex "thread apply all bt 8" \
-      --args "$PY" tests/python/ll_smoke.py
-  else
-    skip smoke_gdb "neither gdb nor cuda-gdb found"
-  fi
+  step smoke 45 env ANYEP_LL_TRACE=1 "$PY" -X faulthandler tests/python/ll_smoke.py
+  SRC=$?
+  if [ "$SRC" = 0 ]; then
+    SMOKE_OK=1
+  elif [ "$SRC" -gt 128 ] && [ "$SRC" != 137 ]; then  # killed by a signal (not our timeout's SIGKILL)
+    resolve_frames "$SO" "$OUT/smoke.log" > "$OUT/smoke_frames.txt" 2>&1
+    # Same run without the host-side topk_idx value check (no torch ops called from C++ before launch).
+    if step smoke_nocheck 45 env LL_SMOKE_PORT=29534 ANYEP_LL_TRACE=1 ANYEP_LL_CHECK_INPUTS=0 "$PY" -X faulthandler tests/python/ll_smoke.py; then
+      SMOKE_OK=2
+    else
+      resolve_frames "$SO" "$OUT/smoke_nocheck.log" > "$OUT/smoke_nocheck_frames.txt" 2>&1
+    fi
+    # A debugger only when the module's own handler printed no native backtrace (a crash on another
+    # thread, or before the module loaded): cuda-gdb loading torch's symbols is slow.
+    DBG=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null)
+    if grep -q "anyep._C: fatal signal" "$OUT/smoke.log"; then
+      skip smoke_gdb "the module's handler printed the native backtrace (smoke.log)"
+    elif [ -n "$DBG" ]; then
+      step smoke_gdb 80 env LL_SMOKE_PORT=29535 ANYEP_LL_TRACE=1 "$DBG" -batch -nx -ex "set pagination off" \
+        -ex "set confirm off" -ex "handle SIGPIPE nostop noprint" -ex "handle SIGUSR1 nostop noprint" -ex run \
+        -ex "bt 40" -ex "info threads" -ex "thread apply all bt 8" \
+        --args "$PY" tests/python/ll_smoke.py
+    else
+      skip smoke_gdb "neither gdb nor cuda-gdb found"
+    fi
+  fi  # other failures (wrong data, a device timeout, a Python error) are in smoke.log
 fi
 
 # ---- 4. 2 processes on 2 GPUs, then the benchmark ----------------------------------------------
