@@ -10,9 +10,11 @@
 // abstraction's CPU cost per message from cross-process contention.
 //
 // usage: bench_transport [--providers tcp,shm] [--reps 9] [--window 64] [--min 64] [--max 16M]
-//                        [--bytes-per-point 256M]
+//                        [--bytes-per-point 256M] [--api batch|single] [--pin]
+// --pin puts rank r on the r-th CPU this process may use (steadier figures on a small, busy host).
 #include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
+#include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -42,7 +44,23 @@ struct Opts {
   uint64_t min_size = 64, max_size = 16ull << 20;
   uint64_t bytes_per_point = 256ull << 20;
   uint64_t max_msgs = 20000, min_msgs = 64;
+  bool pin = false;
 };
+
+// Pins the calling process to the r-th CPU of its allowed set (no-op with fewer CPUs).
+void pin_to_nth_cpu(uint32_t r) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed)) return;
+  uint32_t seen = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed) && seen++ == r) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      if (sched_setaffinity(0, sizeof one, &one)) std::perror("sched_setaffinity");
+      return;
+    }
+}
 
 uint64_t parse_size(const char* s) {
   char* end = nullptr;
@@ -56,23 +74,43 @@ uint64_t parse_size(const char* s) {
 [[noreturn]] void die(const std::string& m) { throw std::runtime_error(m); }
 
 // ---- the anyep path ----
+// Posts through post_writes (batches of what the window allows, as the proxy posts), or with
+// --api single one post_write per write.
+bool g_single = false;
+
+// Sets the immediate and context of w[0..m) for writes first..first+m-1.
+void number(WriteDesc* w, size_t m, uint64_t first) {
+  for (size_t i = 0; i < m; ++i) {
+    w[i].imm = static_cast<uint32_t>(first + i);
+    w[i].context = first + i;
+  }
+}
+
+// Posts w[0..m) with the chosen API; returns how many went out (dies on anything but -EAGAIN).
+size_t post_some(Transport& t, WriteDesc* w, size_t m) {
+  size_t sent = 0;
+  int rc = 0;
+  if (g_single) {
+    while (sent < m && (rc = t.post_write(w[sent])) == 0) ++sent;
+  } else {
+    rc = t.post_writes(w, m, &sent);
+  }
+  if (rc && rc != -EAGAIN) die("post_write(s): " + t.last_error());
+  return sent;
+}
+
 double run_anyep(Transport& t, bool sender, MrId src, MrId dst, uint64_t size, uint64_t k, uint32_t window) {
   Completion c[64];
   ImmEvent im[64];
   size_t nc = 0, ni = 0;
+  std::vector<WriteDesc> batch(window, WriteDesc{1, src, 0, dst, 0, size, true, 0, 0});
   auto t0 = Clock::now();
   if (sender) {
     uint64_t posted = 0, done = 0;
-    WriteDesc w{1, src, 0, dst, 0, size, true, 0, 0};
     while (done < k) {
-      while (posted < k && posted - done < window) {
-        w.imm = static_cast<uint32_t>(posted);
-        w.context = posted;
-        int rc = t.post_write(w);
-        if (rc == -EAGAIN) break;
-        if (rc) die("post_write: " + t.last_error());
-        ++posted;
-      }
+      size_t m = std::min<uint64_t>(window - (posted - done), k - posted);
+      number(batch.data(), m, posted);
+      posted += post_some(t, batch.data(), m);
       if (t.poll(c, 64, &nc, im, 0, &ni)) die("poll: " + t.last_error());
       for (size_t i = 0; i < nc; ++i)
         if (c[i].status) die("completion failed: " + t.last_error());
@@ -167,15 +205,13 @@ void self_loop(const std::string& prov, int reps) {
     Completion c[64];
     ImmEvent im[64];
     size_t nc = 0, ni = 0;
-    WriteDesc w{0, s, 0, d, 0, size, true, 0, 0};
+    std::vector<WriteDesc> w(W, WriteDesc{0, s, 0, d, 0, size, true, 0, 0});
     t0 = Clock::now();
     posted = done = got = 0;
     while (done < K || got < K) {
-      while (posted < K && posted - done < W) {
-        w.imm = static_cast<uint32_t>(posted);
-        if (t->post_write(w)) break;
-        ++posted;
-      }
+      size_t m = std::min<uint64_t>(W - (posted - done), K - posted);
+      number(w.data(), m, posted);
+      posted += post_some(*t, w.data(), m);
       if (t->poll(c, 64, &nc, im, 64, &ni)) die("poll: " + t->last_error());
       done += nc;
       got += ni;
@@ -239,6 +275,15 @@ int main(int argc, char** argv) {
     else if (a == "--max") o.max_size = parse_size(next());
     else if (a == "--bytes-per-point") o.bytes_per_point = parse_size(next());
     else if (a == "--max-msgs") o.max_msgs = parse_size(next());
+    else if (a == "--pin") o.pin = true;
+    else if (a == "--api") {
+      std::string v = next();
+      if (v != "batch" && v != "single") {
+        std::fprintf(stderr, "--api takes batch or single\n");
+        return 2;
+      }
+      g_single = v == "single";
+    }
     else {
       std::fprintf(stderr, "unknown option %s (see the header of bench_transport.cpp)\n", a.c_str());
       return 2;
@@ -248,8 +293,9 @@ int main(int argc, char** argv) {
   std::printf("# bench_transport: anyep libfabric transport vs raw libfabric on the same endpoint\n");
   std::printf("# command: %s\n# machine: %s\n", cmd.c_str(), machine().c_str());
   std::printf("# 2 processes on this host; window %u writes in flight; %d raw/anyep pairs in alternating order; "
-              "ratio = median of per-pair anyep/raw rate ratios\n",
-              o.window, o.reps);
+              "ratio = median of per-pair anyep/raw rate ratios; anyep posts with %s%s\n",
+              o.window, o.reps, g_single ? "post_write (one call per write)" : "post_writes (batches)",
+              o.pin ? "; rank r pinned to the r-th allowed CPU" : "");
   bool all_ok = true;
   for (const std::string& prov : o.providers) {
     std::string why;
@@ -264,6 +310,7 @@ int main(int argc, char** argv) {
     mp::RunOptions ro;
     ro.timeout_s = 600;
     auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+      if (o.pin) pin_to_nth_cpu(r.rank);
       libfabric::LibfabricConfig cfg;
       cfg.provider = prov;
       cfg.want_hmem = false;  // host memory benchmark

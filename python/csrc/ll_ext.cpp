@@ -5,6 +5,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -20,6 +25,48 @@ using anyep::InvalidArgument;
 using anyep::LLShape;
 using anyep::LowLatencyBuffer;
 namespace ll = anyep::ll;
+
+// ---- diagnostics (ANYEP_LL_TRACE=1) ------------------------------------------------------------
+// One stderr line per step of a call, flushed at once, so a crash names the last step reached; and
+// a native backtrace on SIGSEGV/SIGBUS/SIGABRT (frames in this module print as _C...so(+offset):
+// resolve them with addr2line -f -C -e <module> <offset>). Off by default: no cost.
+bool g_trace = false;
+
+void ll_trace(const char* call, const char* what) {
+  if (!g_trace) return;
+  std::fprintf(stderr, "anyep._C trace: %s: %s\n", call, what);
+  std::fflush(stderr);
+}
+
+struct sigaction g_prev_action[3];
+constexpr int kFatalSignals[3] = {SIGSEGV, SIGBUS, SIGABRT};
+
+void on_fatal_signal(int sig, siginfo_t* info, void*) {
+  char head[160];
+  const int n = std::snprintf(head, sizeof(head), "anyep._C: fatal signal %d (fault address %p); native backtrace:\n", sig,
+                              info ? info->si_addr : nullptr);
+  if (n > 0) (void)!write(2, head, static_cast<size_t>(n));
+  void* frames[64];
+  const int depth = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, depth, 2);
+  // Hand the signal on to the previous handler (Python's faulthandler prints the Python stack,
+  // then the default action ends the process): restore it; the faulting instruction runs again.
+  for (int i = 0; i < 3; ++i)
+    if (kFatalSignals[i] == sig) sigaction(sig, &g_prev_action[i], nullptr);
+  if (sig == SIGABRT) raise(sig);
+}
+
+void install_diagnostics() {
+  g_trace = true;
+  void* warm[1];
+  backtrace(warm, 1);  // loads the unwinder now, not inside the handler
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fatal_signal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 3; ++i) sigaction(kFatalSignals[i], &sa, &g_prev_action[i]);
+  ll_trace("module", "ANYEP_LL_TRACE on: step trace and native backtrace on fatal signals");
+}
 
 std::string shape_str(const at::Tensor& t) {
   std::ostringstream s;
@@ -50,9 +97,13 @@ bool capturing() {
 // topk_idx values in [-1, E): checked on the host (one small copy) unless capturing a graph or
 // the caller turned checks off; the kernels also refuse out-of-range entries.
 void check_topk_values(const at::Tensor& topk_idx, int64_t E, bool check_values) {
-  if (!check_values || topk_idx.numel() == 0 || capturing()) return;
+  if (!check_values || topk_idx.numel() == 0) return;
+  ll_trace("topk check", "cudaStreamIsCapturing on the current stream");
+  if (capturing()) return;
+  ll_trace("topk check", "topk_idx.min/max().item()");
   const auto mn = topk_idx.min().item<int64_t>();
   const auto mx = topk_idx.max().item<int64_t>();
+  ll_trace("topk check", "done");
   expect(mn >= -1 && mx < E, "topk_idx holds values in [" + std::to_string(mn) + ", " + std::to_string(mx) +
                                  "], outside [-1, num_experts=" + std::to_string(E) + ")");
 }
@@ -64,14 +115,19 @@ template <typename Args>
 py::object launch_phases(const std::shared_ptr<LowLatencyBuffer>& rt, const Args& a, bool staged,
                          std::vector<at::Tensor> keep) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  ll_trace("launch", staged ? "send phase (staged)" : "both phases");
   if (!staged) {
     rt->launch(a, ll::kPhaseBoth, stream);
+    ll_trace("launch", "returned");
     return py::none();
   }
   rt->launch(a, ll::kPhaseSend, stream);
+  ll_trace("launch", "returned; building the receive hook");
   return py::cpp_function([rt, a, keep = std::move(keep)]() {
     c10::cuda::CUDAGuard g(rt->device());
+    ll_trace("hook", "receive phase");
     rt->launch(a, ll::kPhaseRecv, at::cuda::getCurrentCUDAStream());
+    ll_trace("hook", "returned");
   });
 }
 
@@ -100,6 +156,7 @@ class LLBuffer {
   py::tuple dispatch(const at::Tensor& x, const at::Tensor& topk_idx, int64_t T, int64_t E,
                      std::optional<at::Tensor> cum_stats, std::optional<at::Tensor> wait_stats, bool use_fp8,
                      bool round_scale, bool use_ue8m0, bool staged) {
+    ll_trace("dispatch", "enter");
     const int dev = rt_->device();
     const int R = rt_->num_ranks();
     expect_tensor(x, "x", at::kBFloat16, 2, dev);
@@ -120,12 +177,16 @@ class LLBuffer {
       expect(wait_stats->size(0) == R, "dispatch_wait_recv_cost_stats must have num_ranks=" + std::to_string(R) + " entries");
     }
     const LLShape shape{T, H, E};
+    ll_trace("dispatch", "tensor checks passed; layout check");
     rt_->layout_for(shape);  // hidden / size checks
     check_topk_values(topk_idx, E, check_values_);
 
+    ll_trace("dispatch", "device guard");
     c10::cuda::CUDAGuard guard(dev);
     ll::DispatchArgs a;
+    ll_trace("dispatch", "kernel arguments (runtime)");
     a.c = rt_->next_dispatch_common(shape, static_cast<int>(N), static_cast<int>(K));
+    ll_trace("dispatch", "allocating outputs");
     const auto opts = x.options();
     const int64_t RT = R * T;
     at::Tensor recv_x = at::empty({L, RT, H}, opts.dtype(use_fp8 ? at::kFloat8_e4m3fn : at::kBFloat16));
@@ -145,6 +206,7 @@ class LLBuffer {
     at::Tensor info = at::empty({2, L, RT}, opts.dtype(at::kInt));
     at::Tensor src_info = info[0];
     at::Tensor layout_range = at::empty({L, R}, opts.dtype(at::kLong));
+    ll_trace("dispatch", "outputs allocated; data pointers");
     a.x = x.data_ptr();
     a.topk_idx = topk_idx.data_ptr<int64_t>();
     a.fmt = !use_fp8 ? ll::Format::kBF16 : (use_ue8m0 ? ll::Format::kFP8UE8M0 : ll::Format::kFP8);
@@ -159,6 +221,7 @@ class LLBuffer {
     a.wait_recv_cost_stats = wait_stats ? wait_stats->data_ptr<int64_t>() : nullptr;
 
     py::object hook = launch_phases(rt_, a, staged, {x, topk_idx, info, recv_x, scales, recv_count, layout_range});
+    ll_trace("dispatch", "building the result tuple");
     return py::make_tuple(recv_x, recv_scales, recv_count, src_info, layout_range, hook);
   }
 
@@ -166,6 +229,7 @@ class LLBuffer {
   py::tuple combine(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                     const at::Tensor& src_info, const at::Tensor& layout_range, int64_t T, int64_t E,
                     std::optional<at::Tensor> out, std::optional<at::Tensor> wait_stats, bool staged) {
+    ll_trace("combine", "enter");
     const int dev = rt_->device();
     const int R = rt_->num_ranks();
     expect(E % R == 0, "num_experts=" + std::to_string(E) + " is not a multiple of the number of ranks " + std::to_string(R));
@@ -202,11 +266,14 @@ class LLBuffer {
       result = at::empty({N, H}, x.options());
     }
     const LLShape shape{T, H, E};
+    ll_trace("combine", "tensor checks passed; layout check");
     rt_->layout_for(shape);
     check_topk_values(topk_idx, E, check_values_);
 
+    ll_trace("combine", "device guard");
     c10::cuda::CUDAGuard guard(dev);
     ll::CombineArgs a;
+    ll_trace("combine", "kernel arguments (runtime)");
     a.c = rt_->next_combine_common(shape, static_cast<int>(N), static_cast<int>(K));
     a.x = x.data_ptr();
     a.src_info = src_info.data_ptr<int32_t>();
@@ -217,6 +284,7 @@ class LLBuffer {
     a.out = result.data_ptr();
     a.wait_recv_cost_stats = wait_stats ? wait_stats->data_ptr<int64_t>() : nullptr;
     py::object hook = launch_phases(rt_, a, staged, {x, topk_idx, topk_weights, src_info, layout_range, result});
+    ll_trace("combine", "building the result tuple");
     return py::make_tuple(result, hook);
   }
 
@@ -229,6 +297,7 @@ class LLBuffer {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "anyep low-latency runtime bindings";
+  if (anyep::env::get_bool("ANYEP_LL_TRACE")) install_diagnostics();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

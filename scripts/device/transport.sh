@@ -6,7 +6,8 @@
 #   DEPS_PREFIX   CMake prefix with libfabric + GoogleTest -dev files (default: $PWD/.deps/usr if
 #                 present; made by ../shared/tools/device-deps.sh .deps and carried as .deps)
 #   BUILD_DIR     build folder (default build-device-transport)
-#   BENCH_ARGS    extra arguments for bench_transport (see bench/transport/bench_transport.cpp)
+#   BENCH_ARGS    extra arguments for bench_transport (see bench/transport/bench_transport.cpp); a
+#                 second, short run repeats shm up to 64 KiB with --api single for comparison
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/anyep-transport}
@@ -54,6 +55,9 @@ if [ -x "$T/mp/transport/test_transport_mp_libfabric" ]; then
   run mp_libfabric 300 "$T/mp/transport/test_transport_mp_libfabric"
   # shellcheck disable=SC2086
   run bench 400 "$BUILD_DIR/bench/transport/bench_transport" ${BENCH_ARGS:-}
+  # The same small shm writes posted one post_write at a time (the pre-batch path), for comparison.
+  # shellcheck disable=SC2086
+  run bench_single 200 "$BUILD_DIR/bench/transport/bench_transport" ${BENCH_ARGS:-} --providers shm --max 64K --api single
 fi
 
 echo
@@ -63,8 +67,12 @@ for n in unit mp_bootstrap mp_libfabric; do
   echo "$n: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$OUT/$n.log" | tr '\n' ' ') (rc ${rc[$n]})"
 done
 if [ -f "$OUT/bench.log" ]; then
-  grep -E "^# (command|machine)" "$OUT/bench.log"
+  grep -E "^# (command|machine|2 processes)" "$OUT/bench.log"
   grep -E "^(prov|tcp|shm|self) " "$OUT/bench.log" | awk '!(/^prov/ && seen++)'
+fi
+if [ -f "$OUT/bench_single.log" ]; then
+  echo "one post_write per write (--api single):"
+  grep -E "^shm " "$OUT/bench_single.log"
 fi
 status=0
 for n in "${!rc[@]}"; do [ "${rc[$n]}" = 0 ] || status=1; done

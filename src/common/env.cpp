@@ -18,7 +18,7 @@ const std::vector<VarInfo>& all_vars() {
       {"ANYEP_FI_PROVIDER", "", "libfabric provider (efa, verbs;ofi_rxm, cxi, tcp, tcp;ofi_rxm, shm); empty: first of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm"},
       {"ANYEP_FI_STRIPING", "bytes", "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)"},
       {"ANYEP_LL_CHECK_INPUTS", "1", "LL: check topk_idx values on the host before each call (skipped while capturing a CUDA graph)"},
-      {"ANYEP_LOG_LEVEL", "warn", "log verbosity: error, warn, info, debug"},
+      {"ANYEP_LL_TRACE", "0", "LL Python extension: one stderr line per step of each call and a native backtrace on a fatal signal (diagnostics)"},
       {"ANYEP_PROXY_CPUS", "auto", "proxy thread pinning: auto (GPU's NUMA node when known), none, or a CPU list like 0-3,8"},
       {"ANYEP_PROXY_ORDERING", "auto", "receiver ordering: auto (bypass when the transport orders writes), engine, bypass"},
       {"ANYEP_PROXY_RANKS_PER_HOST", "0", "ranks per host for barriers: 0 detects hosts by hostname + boot id; N splits ranks into emulated hosts of N consecutive ranks"},

@@ -128,7 +128,9 @@ __device__ void send_phase(const DispatchArgs& a) {
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + threadIdx.x]);
       // Counted even when the write was refused (error already reported) so no warp waits forever.
       if (e >= 0 && e < E) {
-        __threadfence();
+        // System-scope fence: the block's payload stores went to a peer GPU over NVLink; order them
+        // (observed through __syncthreads) before the count at the scope the receiver reads at.
+        __threadfence_system();
         dev::red_add_release_gpu(&c.ws.send_done[e], 1);
       }
     }

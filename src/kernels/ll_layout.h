@@ -21,11 +21,14 @@
 //
 // Buffer (two halves b in {0,1} for double buffering; dispatch and combine toggle separately):
 //
-//   signals (offset 0, size S = align256(2 * 2 * E * 4)):
-//     dispatch_count[b][l][r] int32 at 4 * (b*E + l*R + r)          (r = source rank)
+//   signals (offset 0, size S = 2 * 2 * kMaxExperts * 4 = 64 KiB, fixed): the area and every signal's
+//   position do not depend on the shape, so a call with another shape (other E, T or H) never reads
+//   a stale payload byte of an earlier shape as a signal (signals are reset by their readers; the
+//   payload regions are not).
+//     dispatch_count[b][l][r] int32 at 4 * (b*X + l*R + r)          (X = kMaxExperts, r = source rank)
 //         written by source rank r after its tokens for local expert l: value = count + 1
 //         (0 = not yet arrived); the receiver resets it to 0 after reading.
-//     combine_flag[b][e] int32 at 4 * (2*E + b*E + e)                (e = global expert)
+//     combine_flag[b][e] int32 at 4 * (2*X + b*X + e)                (e = global expert)
 //         written by the rank that owns expert e after all its outputs for this home rank:
 //         value 1; the home rank resets it after reading.
 //   dispatch region (offset S, size D = 2 * E * T * M):
@@ -37,7 +40,7 @@
 //         and the home rank sums the K slots of a token, weighted, in FP32.
 //
 // Footprint at T=128, H=7168, R=2, E=288: M = 14352, D = 1,058,144,256, C = 58,720,256,
-// total 1,116,869,120 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout (route in the header,
+// S = 65,536, total 1,116,930,048 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout (route in the header,
 // one message per destination rank) is the next step (docs/ll.md).
 #pragma once
 
@@ -53,6 +56,7 @@ inline constexpr int kUe8m0Pack = 4;      // UE8M0 exponents per int32
 inline constexpr int kMaxHidden = 16384;
 inline constexpr int kHeaderBytes = 16;
 inline constexpr int kSignalAlign = 256;
+inline constexpr int64_t kMaxExperts = 4096;  // signal area and scratch counters are sized for this
 
 struct MsgHeader {
   int32_t src_token;
@@ -76,7 +80,7 @@ struct Layout {
     return kHeaderBytes + static_cast<uint64_t>(H);
   }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t signal_bytes() const {
-    return align_up(2ull * 2ull * static_cast<uint64_t>(E) * 4ull, kSignalAlign);
+    return align_up(2ull * 2ull * static_cast<uint64_t>(kMaxExperts) * 4ull, kSignalAlign);
   }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_half_bytes() const {
     return static_cast<uint64_t>(E) * static_cast<uint64_t>(T) * msg_bytes();
@@ -91,10 +95,10 @@ struct Layout {
 
   // ---- offsets (see the layout comment above) ----
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_count_off(int b, int64_t l, int64_t r) const {
-    return 4ull * static_cast<uint64_t>(b * E + l * R + r);
+    return 4ull * static_cast<uint64_t>(b * kMaxExperts + l * R + r);
   }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_flag_off(int b, int64_t e) const {
-    return 4ull * static_cast<uint64_t>(2 * E + b * E + e);
+    return 4ull * static_cast<uint64_t>(2 * kMaxExperts + b * kMaxExperts + e);
   }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_slot_off(int b, int64_t l, int64_t r, int64_t s) const {
     return signal_bytes() + static_cast<uint64_t>((b * L() + l) * R + r) * static_cast<uint64_t>(T) * msg_bytes() +
@@ -111,6 +115,7 @@ ANYEP_HD inline const char* layout_unsupported(const Layout& g) {
   if (g.T <= 0) return "num_max_dispatch_tokens_per_rank must be positive";
   if (g.R <= 0) return "num_ranks must be positive";
   if (g.E <= 0 || g.E % g.R != 0) return "num_experts must be a positive multiple of num_ranks";
+  if (g.E > kMaxExperts) return "num_experts exceeds 4096 (ll::kMaxExperts)";
   if (g.H <= 0 || g.H % kScaleGroup != 0 || g.H > kMaxHidden)
     return "hidden must be a multiple of 128 in [128, 16384]";
   return nullptr;

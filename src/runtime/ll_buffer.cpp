@@ -27,9 +27,6 @@ struct PeerInfo {
 };
 constexpr uint32_t kPeerInfoMagic = 0x414c4c31;  // "ALL1"
 
-// Scratch counters are sized for at most this many experts (design target >= 1024).
-constexpr int64_t kMaxExperts = 4096;
-
 }  // namespace
 
 int64_t LowLatencyBuffer::size_hint(int64_t T, int64_t H, int64_t R, int64_t E) {
@@ -55,8 +52,7 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   num_blocks_ = sms;  // one 1024-thread block per SM: all co-resident (the kernels wait on each other)
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)), "cudaMalloc LL buffer");
   cuda_check(cudaMemset(local_, 0, static_cast<size_t>(num_bytes)), "zero LL buffer");
-  max_experts_ = kMaxExperts;
-  ws_ints_ = ll::Workspace::ints(kMaxExperts);
+  ws_ints_ = ll::Workspace::ints(ll::kMaxExperts);
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&ws_), static_cast<size_t>(ws_ints_) * 4), "cudaMalloc LL workspace");
   cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "zero LL workspace");
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&dev_peers_), sizeof(uint8_t*) * num_ranks), "cudaMalloc peer table");
@@ -156,8 +152,6 @@ void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos) {
 ll::Layout LowLatencyBuffer::layout_for(const LLShape& s) const {
   ll::Layout g{s.max_tokens, s.hidden, num_ranks_, s.num_experts};
   if (const char* why = ll::layout_unsupported(g)) throw InvalidArgument(std::string("anyep LL: ") + why);
-  if (s.num_experts > max_experts_)
-    throw InvalidArgument("anyep LL: num_experts " + std::to_string(s.num_experts) + " exceeds " + std::to_string(max_experts_));
   if (static_cast<int64_t>(g.total_bytes()) > num_bytes_)
     throw InvalidArgument("anyep LL: buffer too small: shape (tokens " + std::to_string(s.max_tokens) + ", hidden " +
                           std::to_string(s.hidden) + ", experts " + std::to_string(s.num_experts) + ") needs " +
@@ -188,11 +182,13 @@ ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int nu
   c.num_blocks = num_blocks_;
   c.local = local_;
   c.peers = dev_peers_;
-  const int64_t E = s.num_experts;
+  // Fixed offsets (not E-dependent), like the signals: a shape change never aliases one counter
+  // array onto another.
+  constexpr int64_t X = ll::kMaxExperts;
   c.ws.send_slot = ws_;
-  c.ws.send_done = ws_ + E;
-  c.ws.recv_total = ws_ + 2 * E;
-  c.ws.blocks_done = ws_ + 3 * E;
+  c.ws.send_done = ws_ + X;
+  c.ws.recv_total = ws_ + 2 * X;
+  c.ws.blocks_done = ws_ + 3 * X;
   c.err = err_dev_;
   c.timeout_ns = timeout_ns_;
   return c;
@@ -226,9 +222,8 @@ void LowLatencyBuffer::clean() {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(cudaDeviceSynchronize(), "synchronize before clean");
-  // Signals live at the start of the buffer; their extent depends only on the expert count, so
-  // clear the largest one the workspace supports (capped by the buffer size).
-  const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::align_up(2ull * 2ull * max_experts_ * 4ull, ll::kSignalAlign)));
+  // Signals live in a fixed area at the start of the buffer (ll_layout.h), whatever the shape.
+  const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::Layout{}.signal_bytes()));
   cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), "clear LL signals");
   cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "clear LL workspace");
   cuda_check(cudaDeviceSynchronize(), "synchronize after clean");

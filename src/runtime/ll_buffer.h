@@ -85,7 +85,6 @@ class LowLatencyBuffer {
   ll::ErrorRecord* err_dev_ = nullptr;
   uint64_t timeout_ns_ = 0;
   int dispatch_half_ = 0, combine_half_ = 0;
-  int64_t max_experts_ = 0;  // workspace sized for this many experts
   bool connected_ = false;
   bool destroyed_ = false;
 };

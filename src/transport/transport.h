@@ -78,7 +78,9 @@ class Transport {
   // ---- hot path (never throws) ----
   virtual int post_write(const WriteDesc& w) = 0;
   // Posts w[0..n) in order until one fails; *posted = how many went out. Returns 0 or that
-  // failure's code (-EAGAIN: retry the rest later).
+  // failure's code (-EAGAIN: retry the rest later). Post what you have in batches: a backend may
+  // issue a batch much faster than one call per write (libfabric over shm: 0.6-0.75 of the raw
+  // rate at 64 B one by one, 1.0 batched; docs/bench/transport.md).
   virtual int post_writes(const WriteDesc* w, size_t n, size_t* posted) {
     for (*posted = 0; *posted < n; ++*posted)
       if (int rc = post_write(w[*posted])) return rc;

@@ -311,8 +311,28 @@ def c_bad_input(c):
     check_combine(out, x, idx, w, scale, "combine after bad input")
 
 
-CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_receive_nothing, c_hook,
-          c_hook_two_microbatches, c_async, c_cuda_graph, c_200_iterations, c_deepep_shape]
+ALL_CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_receive_nothing, c_hook,
+              c_hook_two_microbatches, c_async, c_cuda_graph, c_200_iterations, c_deepep_shape]
+
+
+def selected_checks():
+    """ANYEP_TEST_LL_CHECKS=name,name,... runs only those checks (a short device run); unset: all."""
+    names = [n.strip() for n in os.environ.get("ANYEP_TEST_LL_CHECKS", "").split(",") if n.strip()]
+    if not names:
+        return list(ALL_CHECKS)
+    by_name = {c.__name__: c for c in ALL_CHECKS}
+    unknown = [n for n in names if n not in by_name and n != "c_timeout"]
+    if unknown:
+        raise ValueError(f"ANYEP_TEST_LL_CHECKS names unknown checks {unknown}; known: {sorted(by_name)} and c_timeout")
+    return [by_name[n] for n in names if n in by_name]
+
+
+def timeout_selected():
+    names = os.environ.get("ANYEP_TEST_LL_CHECKS", "")
+    return not names.strip() or "c_timeout" in names.split(",")
+
+
+CHECKS = selected_checks()
 
 
 def c_timeout(me, world, anyep):
@@ -405,14 +425,15 @@ def worker(rank, world, ngpus, port, queue):
             progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} "
                      f"({time.time() - t0:.1f} s)")
             settle(buf, progress)
-        t0 = time.time()
-        try:
-            if world > 1:
-                c_timeout(rank, world, anyep)
-            results["c_timeout"] = "ok"
-        except Exception:
-            results["c_timeout"] = traceback.format_exc()
-        progress(f"c_timeout: {'ok' if results['c_timeout'] == 'ok' else 'FAILED'} ({time.time() - t0:.1f} s)")
+        if timeout_selected():
+            t0 = time.time()
+            try:
+                if world > 1:
+                    c_timeout(rank, world, anyep)
+                results["c_timeout"] = "ok"
+            except Exception:
+                results["c_timeout"] = traceback.format_exc()
+            progress(f"c_timeout: {'ok' if results['c_timeout'] == 'ok' else 'FAILED'} ({time.time() - t0:.1f} s)")
         dist.barrier()
         del buf
         dist.destroy_process_group()

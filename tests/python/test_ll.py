@@ -10,7 +10,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-for cand in (os.path.join(HERE, "..", "..", "build", "python"),):
+# The build's python/ folder (ANYEP_BUILD_DIR, default <repo>/build) holds anyep._C and the packages.
+for cand in (os.path.join(os.environ.get("ANYEP_BUILD_DIR", os.path.join(HERE, "..", "..", "build")), "python"),):
     if os.path.isdir(cand):
         sys.path.insert(0, os.path.abspath(cand))
 
@@ -32,7 +33,8 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 import ll_harness  # noqa: E402
 
-CHECK_NAMES = [c.__name__ for c in ll_harness.CHECKS] + ["c_timeout"]
+# ANYEP_TEST_LL_CHECKS (comma list) narrows the run to some checks; the others are not collected.
+CHECK_NAMES = [c.__name__ for c in ll_harness.CHECKS] + (["c_timeout"] if ll_harness.timeout_selected() else [])
 WORLDS = {"1proc_1gpu": (1, 1), "2proc_2gpu": (2, 2), "4proc_2gpu": (4, 2)}
 
 

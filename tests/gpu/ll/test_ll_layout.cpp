@@ -12,10 +12,10 @@ TEST(LLLayout, DeepEPShapeFootprint) {
   const Layout g{128, 7168, 2, 288};
   EXPECT_EQ(g.L(), 144);
   EXPECT_EQ(g.msg_bytes(), 16u + 2u * 7168u);
-  EXPECT_EQ(g.signal_bytes(), 4608u);
+  EXPECT_EQ(g.signal_bytes(), 65536u);  // fixed: 2 halves x 2 kinds x kMaxExperts x 4 B
   EXPECT_EQ(g.dispatch_half_bytes(), 288ull * 128ull * 14352ull);
   EXPECT_EQ(g.combine_half_bytes(), 128ull * kMaxTopk * 2ull * 7168ull);
-  EXPECT_EQ(g.total_bytes(), 1116869120ull);  // docs/ll.md; DeepEP needs 2.15 GB here
+  EXPECT_EQ(g.total_bytes(), 1116930048ull);  // docs/ll.md; DeepEP needs 2.15 GB here
   EXPECT_LT(g.total_bytes(), 2150000000ull);
 }
 
@@ -47,6 +47,19 @@ TEST(LLLayout, UnsupportedShapesNameTheProblem) {
   EXPECT_NE(std::string(layout_unsupported(Layout{128, 32768, 2, 288})).find("hidden"), std::string::npos);
   EXPECT_NE(std::string(layout_unsupported(Layout{128, 7168, 2, 287})).find("num_experts"), std::string::npos);
   EXPECT_NE(std::string(layout_unsupported(Layout{0, 7168, 2, 288})).find("tokens"), std::string::npos);
+  EXPECT_NE(std::string(layout_unsupported(Layout{128, 7168, 2, 2 * kMaxExperts})).find("num_experts"), std::string::npos);
+}
+
+// Signals sit at the same offsets whatever the shape: a later call with another expert count
+// must not read an earlier shape's payload bytes as counts or flags.
+TEST(LLLayout, SignalsDoNotMoveWithTheShape) {
+  const Layout a{64, 2048, 2, 12}, b{128, 7168, 2, 288};
+  EXPECT_EQ(a.signal_bytes(), b.signal_bytes());
+  EXPECT_EQ(a.dispatch_count_off(1, 3, 1), b.dispatch_count_off(1, 3, 1));
+  EXPECT_EQ(a.combine_flag_off(1, 11), b.combine_flag_off(1, 11));
+  const Layout big{8, 128, 2, kMaxExperts};
+  EXPECT_LE(big.combine_flag_off(1, big.E - 1) + 4, big.signal_bytes());
+  EXPECT_LE(big.dispatch_count_off(1, big.L() - 1, big.R - 1) + 4, big.combine_flag_off(0, 0));
 }
 
 }  // namespace

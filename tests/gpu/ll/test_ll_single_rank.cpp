@@ -1,5 +1,6 @@
-// One rank (it is its own only peer): dispatch BF16 and FP8, combine, through LowLatencyBuffer and
-// the real kernels, checked against a host reference. Skips without a GPU.
+// One rank (it is its own only peer): dispatch (BF16, FP8 with float scales) and combine through
+// LowLatencyBuffer and the real kernels, checked against a host reference; several rounds on one
+// buffer (both halves, counters back at zero, a change of shape between calls). Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -30,120 +31,169 @@ float from_bf16(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+// e4m3 (bias 7, no infinities, 0x7f/0xff NaN) to float.
+float from_e4m3(uint8_t b) {
+  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
+  return s ? -v : v;
+}
 
 bool have_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-template <typename T>
-T* dev_alloc(size_t n) {
+// Device buffer poisoned with 0xff, freed at scope exit.
+struct DevBuf {
   void* p = nullptr;
-  if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemset(p, 0xff, n * sizeof(T));  // poison
-  return static_cast<T*>(p);
-}
+  explicit DevBuf(size_t bytes) {
+    if (cudaMalloc(&p, bytes) == cudaSuccess) cudaMemset(p, 0xff, bytes);
+  }
+  ~DevBuf() { cudaFree(p); }
+  template <typename T>
+  T* as() const { return static_cast<T*>(p); }
+};
 
-TEST(LLSingleRank, DispatchCombineRoundTrip) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
-  const int T = 32, H = 512, K = 4, E = 8, N = 30;
+struct Shape {
+  int T, H, K, E, N;
+};
+
+// One dispatch + combine round on `buf` (one rank: L = E, R*T = T) with fresh random routing.
+void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned seed) {
+  const int T = s.T, H = s.H, K = s.K, E = s.E, N = s.N, L = E, RT = T, G = H / 128;
   const LLShape shape{T, H, E};
-  LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(T, H, 1, E));
-  buf.connect({buf.local_info()});
-  std::mt19937 rng(7);
+  std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-2.f, 2.f);
-  std::vector<uint16_t> x(N * H);
+  std::vector<uint16_t> x(size_t(N) * H);
   for (auto& v : x) v = to_bf16(uni(rng));
-  std::vector<int64_t> idx(N * K);
-  std::vector<float> w(N * K);
+  std::vector<int64_t> idx(size_t(N) * K);
+  std::vector<float> w(size_t(N) * K);
   for (int t = 0; t < N; ++t) {
     std::vector<int> e(E);
     for (int i = 0; i < E; ++i) e[i] = i;
     std::shuffle(e.begin(), e.end(), rng);
     for (int k = 0; k < K; ++k) {
-      idx[t * K + k] = (t % 5 == k) ? -1 : e[k];
+      idx[t * K + k] = (t % 5 == k) ? -1 : e[k];  // some -1 entries
       w[t * K + k] = 0.25f * (k + 1);
     }
   }
-  auto* d_x = dev_alloc<uint16_t>(x.size());
-  auto* d_idx = dev_alloc<int64_t>(idx.size());
-  auto* d_w = dev_alloc<float>(w.size());
-  CK(cudaMemcpy(d_x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_idx, idx.data(), idx.size() * 8, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_w, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
-  const int L = E, RT = T;
-  auto* d_recv = dev_alloc<uint16_t>(size_t(L) * RT * H);
-  auto* d_count = dev_alloc<int32_t>(L);
-  auto* d_info = dev_alloc<int32_t>(2 * size_t(L) * RT);
-  auto* d_range = dev_alloc<int64_t>(L);
-  auto* d_out = dev_alloc<uint16_t>(size_t(N) * H);
+  const bool fp8 = fmt != ll::Format::kBF16;
+  const size_t row_bytes = fp8 ? H : 2 * H;
+  DevBuf d_x(x.size() * 2), d_idx(idx.size() * 8), d_w(w.size() * 4), d_recv(size_t(L) * RT * row_bytes),
+      d_scales(size_t(L) * G * RT * 4), d_count(L * 4), d_info(2 * size_t(L) * RT * 4), d_range(size_t(L) * 8),
+      d_out(size_t(N) * H * 2), d_y(size_t(L) * RT * H * 2);
+  for (const DevBuf* b : {&d_x, &d_idx, &d_w, &d_recv, &d_scales, &d_count, &d_info, &d_range, &d_out, &d_y})
+    ASSERT_NE(b->p, nullptr) << "cudaMalloc failed";
+  CK(cudaMemcpy(d_x.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_idx.p, idx.data(), idx.size() * 8, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_w.p, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
 
   ll::DispatchArgs d;
   d.c = buf.next_dispatch_common(shape, N, K);
-  d.x = d_x;
-  d.topk_idx = d_idx;
-  d.fmt = ll::Format::kBF16;
-  d.recv_x = d_recv;
-  d.recv_count = d_count;
-  d.src_info = d_info;
-  d.src_topk = d_info + L * RT;
-  d.layout_range = d_range;
+  d.x = d_x.p;
+  d.topk_idx = d_idx.as<int64_t>();
+  d.fmt = fmt;
+  d.recv_x = d_recv.p;
+  d.recv_scales = fp8 ? d_scales.p : nullptr;
+  d.recv_count = d_count.as<int32_t>();
+  d.src_info = d_info.as<int32_t>();
+  d.src_topk = d_info.as<int32_t>() + size_t(L) * RT;
+  d.layout_range = d_range.as<int64_t>();
   buf.launch(d, ll::kPhaseBoth, nullptr);
   CK(cudaDeviceSynchronize());
   buf.check_error();
 
-  std::vector<uint16_t> recv(size_t(L) * RT * H);
-  std::vector<int32_t> count(L), info(2 * L * RT);
+  std::vector<uint8_t> recv(size_t(L) * RT * row_bytes);
+  std::vector<float> scales(size_t(L) * G * RT);
+  std::vector<int32_t> count(L), info(2 * size_t(L) * RT);
   std::vector<int64_t> range(L);
-  CK(cudaMemcpy(recv.data(), d_recv, recv.size() * 2, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(count.data(), d_count, L * 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(info.data(), d_info, info.size() * 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(range.data(), d_range, L * 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(recv.data(), d_recv.p, recv.size(), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(scales.data(), d_scales.p, scales.size() * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(count.data(), d_count.p, L * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(info.data(), d_info.p, info.size() * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(range.data(), d_range.p, L * 8, cudaMemcpyDeviceToHost));
   for (int e = 0; e < E; ++e) {
     std::set<int> want;
     for (int t = 0; t < N; ++t)
       for (int k = 0; k < K; ++k)
         if (idx[t * K + k] == e) want.insert(t);
-    ASSERT_EQ(count[e], static_cast<int>(want.size())) << "expert " << e;
+    ASSERT_EQ(count[e], static_cast<int>(want.size())) << "expert " << e << " seed " << seed;
     ASSERT_EQ(range[e], static_cast<int64_t>(want.size())) << "one source rank: begin 0, count in low bits";
     std::set<int> got;
     for (int row = 0; row < count[e]; ++row) {
-      const int t = info[e * RT + row], k = info[L * RT + e * RT + row];
+      const int t = info[size_t(e) * RT + row], k = info[size_t(L) * RT + size_t(e) * RT + row];
+      ASSERT_TRUE(t >= 0 && t < N && k >= 0 && k < K) << "expert " << e << " row " << row << ": token " << t << " k " << k;
       got.insert(t);
       ASSERT_EQ(idx[t * K + k], e) << "top-k slot of expert " << e << " row " << row;
-      ASSERT_EQ(0, std::memcmp(&recv[(size_t(e) * RT + row) * H], &x[size_t(t) * H], H * 2))
-          << "payload of token " << t << " at expert " << e;
+      const uint8_t* r = &recv[(size_t(e) * RT + row) * row_bytes];
+      if (!fp8) {
+        ASSERT_EQ(0, std::memcmp(r, &x[size_t(t) * H], H * 2)) << "payload of token " << t << " at expert " << e;
+        continue;
+      }
+      for (int gi = 0; gi < G; ++gi) {
+        float amax = 0;
+        for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(from_bf16(x[size_t(t) * H + gi * 128 + i])));
+        const float want_scale = std::max(amax, 1e-4f) / 448.0f;
+        const float sc = scales[(size_t(e) * G + gi) * RT + row];  // [L, G, R*T]
+        ASSERT_NEAR(sc, want_scale, 1e-6f * want_scale) << "scale of token " << t << " group " << gi;
+        for (int i = 0; i < 128; ++i) {
+          const float ref = from_bf16(x[size_t(t) * H + gi * 128 + i]);
+          const float deq = from_e4m3(r[gi * 128 + i]) * sc;
+          ASSERT_LE(std::fabs(deq - ref), 0.0625f * std::fabs(ref) + sc * 0.0079f)
+              << "FP8 value of token " << t << " element " << gi * 128 + i;
+        }
+      }
     }
     ASSERT_EQ(got, want) << "expert " << e;
   }
 
-  // Combine with the identity expert: out[t] = sum_k w[t,k] * x[t].
+  // Combine with expert e scaling by (1 + e/8): out[t] = sum_k w[t,k] * (1 + e_k/8) * x[t].
+  std::vector<uint16_t> y(size_t(L) * RT * H, to_bf16(NAN));
+  for (int e = 0; e < E; ++e)
+    for (int row = 0; row < count[e]; ++row) {
+      const int t = info[size_t(e) * RT + row];
+      for (int h = 0; h < H; ++h)
+        y[(size_t(e) * RT + row) * H + h] = to_bf16(from_bf16(x[size_t(t) * H + h]) * (1.0f + e / 8.0f));
+    }
+  CK(cudaMemcpy(d_y.p, y.data(), y.size() * 2, cudaMemcpyHostToDevice));
   ll::CombineArgs c;
   c.c = buf.next_combine_common(shape, N, K);
-  c.x = d_recv;
-  c.src_info = d_info;
-  c.src_topk = d_info + L * RT;
-  c.layout_range = d_range;
-  c.topk_idx = d_idx;
-  c.topk_weights = d_w;
-  c.out = d_out;
+  c.x = d_y.p;
+  c.src_info = d_info.as<int32_t>();
+  c.src_topk = d_info.as<int32_t>() + size_t(L) * RT;
+  c.layout_range = d_range.as<int64_t>();
+  c.topk_idx = d_idx.as<int64_t>();
+  c.topk_weights = d_w.as<float>();
+  c.out = d_out.p;
   buf.launch(c, ll::kPhaseSend, nullptr);  // staged: send, then receive
   buf.launch(c, ll::kPhaseRecv, nullptr);
   CK(cudaDeviceSynchronize());
   buf.check_error();
   std::vector<uint16_t> out(size_t(N) * H);
-  CK(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));
-  for (int t = 0; t < N; ++t) {
-    float ws = 0;
-    for (int k = 0; k < K; ++k)
-      if (idx[t * K + k] >= 0) ws += w[t * K + k];
+  CK(cudaMemcpy(out.data(), d_out.p, out.size() * 2, cudaMemcpyDeviceToHost));
+  for (int t = 0; t < N; ++t)
     for (int h = 0; h < H; ++h) {
-      const float ref = ws * from_bf16(x[size_t(t) * H + h]);
+      float ref = 0;
+      for (int k = 0; k < K; ++k) {
+        const int64_t e = idx[t * K + k];
+        if (e >= 0) ref += w[t * K + k] * from_bf16(to_bf16(from_bf16(x[size_t(t) * H + h]) * (1.0f + e / 8.0f)));
+      }
       ASSERT_NEAR(from_bf16(out[size_t(t) * H + h]), ref, 1e-2f * std::fabs(ref) + 1e-3f) << "token " << t << " h " << h;
     }
-  }
-  cudaFree(d_x); cudaFree(d_idx); cudaFree(d_w); cudaFree(d_recv); cudaFree(d_count); cudaFree(d_info);
-  cudaFree(d_range); cudaFree(d_out);
+}
+
+TEST(LLSingleRank, DispatchCombineRounds) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
+  LowLatencyBuffer buf(0, 1, std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
+                                      LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
+  buf.connect({buf.local_info()});
+  // Both buffer halves, both formats, and a change of shape (expert count, hidden, tokens).
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 1));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 2));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 3));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kFP8, 4));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 5));
 }
 
 TEST(LLSingleRank, ShapeErrorsNameTheProblem) {

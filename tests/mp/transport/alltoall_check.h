@@ -3,7 +3,8 @@
 // (0 B..max_bytes, log-uniform, the first of each pair 0 B and the second max_bytes) with
 // immediates to every other rank, plus one immediate-only message per peer. Each rank checks
 // every byte when the write's immediate arrives, that every immediate arrives exactly once with
-// the right source rank, and that every local completion arrives exactly once.
+// the right source rank, and that every local completion arrives exactly once. Even ranks post
+// with post_write, odd ranks with post_writes (batches).
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 // with every byte and immediate checked, the same under chaos, several NICs, and bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -158,7 +159,16 @@ TEST_P(Provider, FullQueueIsEagainNotAnErrorAndEverythingStillArrives) {
       }
       ANYEP_MP_CHECK(rc == 0, "first write: " + std::to_string(rc) + " " + t->last_error());
       posted = 1;
-      // Then post without polling until the transport pushes back.
+      // Then post without polling until the transport pushes back: first one batch larger than
+      // any transmit queue here (it must stop part way with -EAGAIN and say how many went out),
+      // then single writes.
+      std::vector<transport::WriteDesc> flood(8192);
+      for (size_t i = 0; i < flood.size(); ++i) flood[i] = {1, id, 0, id, 0, 8, true, static_cast<uint32_t>(1 + i), 1 + i};
+      size_t sent = 0;
+      rc = t->post_writes(flood.data(), flood.size(), &sent);
+      ANYEP_MP_CHECK(rc == -EAGAIN, "expected -EAGAIN from an oversized batch, got " + std::to_string(rc) + " " + t->last_error());
+      ANYEP_MP_CHECK(sent < flood.size(), "post_writes claims all " + std::to_string(sent) + " writes went out");
+      posted += sent;
       while (posted < 1000000 && (rc = t->post_write({1, id, 0, id, 0, 8, true, static_cast<uint32_t>(posted), posted})) == 0)
         ++posted;
       ANYEP_MP_CHECK(rc == -EAGAIN, "expected -EAGAIN once the queue is full, got " + std::to_string(rc) + " " + t->last_error());
@@ -255,6 +265,57 @@ TEST_P(Provider, BadInputIsRefusedBeforeTheWire) {
         ANYEP_MP_CHECK(std::string(e.what()).find("host-staged") != std::string::npos, e.what());
       }
     }
+  });
+  ANYEP_EXPECT_RANKS_OK(res);
+}
+
+// A batch stops at its first bad write: the writes before it go out (and arrive), the bad one
+// is refused with -EINVAL naming it, and nothing after it is posted.
+TEST_P(Provider, BatchStopsAtTheFirstBadWrite) {
+  require_provider(GetParam());
+  if (::testing::Test::IsSkipped()) return;
+  std::string prov = GetParam();
+  auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+    auto t = make(r, prov, false);
+    std::vector<uint8_t> buf(4096, static_cast<uint8_t>(r.rank ? 0 : 0xab));
+    auto id = t->register_memory(buf.data(), buf.size(), transport::MemKind::kHost);
+    transport::connect_all(*t, *r.boot, {id});
+    transport::Completion c[8];
+    transport::ImmEvent im[8];
+    size_t nc = 0, ni = 0, comps = 0;
+    std::vector<uint32_t> imms;
+    if (r.rank == 0) {
+      const transport::WriteDesc batch[4] = {{1, id, 0, id, 0, 16, true, 1, 101},
+                                             {1, id, 0, id, 16, 16, true, 2, 102},
+                                             {1, id, 0, id, 4090, 16, true, 3, 103},  // past the end
+                                             {1, id, 0, id, 32, 16, true, 4, 104}};
+      size_t sent = 99;
+      int rc;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      // -EAGAIN with nothing sent (the provider still connecting): poll and retry the batch.
+      while ((rc = t->post_writes(batch, 4, &sent)) == -EAGAIN && sent == 0 && std::chrono::steady_clock::now() < deadline)
+        ANYEP_MP_CHECK(t->poll(c, 8, &nc, im, 8, &ni) == 0, t->last_error());
+      ANYEP_MP_CHECK(rc == -EINVAL && sent == 2,
+                     "expected -EINVAL after 2 writes, got " + std::to_string(rc) + " after " + std::to_string(sent));
+      ANYEP_MP_CHECK(t->last_error().find("past the end of region 0 of rank 1") != std::string::npos, t->last_error());
+      while ((rc = t->post_imm(1, 0xffff, 105)) == -EAGAIN) ANYEP_MP_CHECK(t->poll(c, 8, &nc, im, 8, &ni) == 0, t->last_error());
+      ANYEP_MP_CHECK(rc == 0, t->last_error());
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((r.rank == 0 ? comps < 3 : imms.size() < 3) && std::chrono::steady_clock::now() < deadline) {
+      ANYEP_MP_CHECK(t->poll(c, 8, &nc, im, 8, &ni) == 0, t->last_error());
+      for (size_t k = 0; k < nc; ++k) ANYEP_MP_CHECK(c[k].status == 0 && c[k].context >= 101 && c[k].context != 103 && c[k].context != 104, "unexpected completion " + std::to_string(c[k].context));
+      comps += nc;
+      for (size_t k = 0; k < ni; ++k) imms.push_back(im[k].imm);
+    }
+    if (r.rank == 0) ANYEP_MP_CHECK(comps == 3, "rank 0: " + std::to_string(comps) + " of 3 completions");
+    if (r.rank == 1) {
+      std::sort(imms.begin(), imms.end());
+      ANYEP_MP_CHECK(imms == (std::vector<uint32_t>{1, 2, 0xffff}), "rank 1 got " + std::to_string(imms.size()) + " immediates, expected 1, 2 and the marker");
+      for (size_t i = 0; i < buf.size(); ++i)
+        ANYEP_MP_CHECK(buf[i] == (i < 32 ? 0xab : 0), "byte " + std::to_string(i) + ": only the two writes before the bad one may land");
+    }
+    r.boot->barrier();
   });
   ANYEP_EXPECT_RANKS_OK(res);
 }

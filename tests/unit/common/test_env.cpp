@@ -84,17 +84,17 @@ TEST(Env, DoubleAndBoolReadersRejectMalformedValues) {
     EXPECT_NE(m.find("ANYEP_TIMEOUT_S"), std::string::npos) << bad << ": " << m;
   }
   for (const char* yes : {"1", "true", "on", "yes"}) {
-    ScopedEnv e("ANYEP_LOG_LEVEL", yes);
-    EXPECT_TRUE(env::get_bool("ANYEP_LOG_LEVEL")) << yes;
+    ScopedEnv e("ANYEP_LL_CHECK_INPUTS", yes);
+    EXPECT_TRUE(env::get_bool("ANYEP_LL_CHECK_INPUTS")) << yes;
   }
   for (const char* no : {"0", "false", "off", "no"}) {
-    ScopedEnv e("ANYEP_LOG_LEVEL", no);
-    EXPECT_FALSE(env::get_bool("ANYEP_LOG_LEVEL")) << no;
+    ScopedEnv e("ANYEP_LL_CHECK_INPUTS", no);
+    EXPECT_FALSE(env::get_bool("ANYEP_LL_CHECK_INPUTS")) << no;
   }
   for (const char* bad : {"maybe", "2", "TRUE1"}) {
-    ScopedEnv e("ANYEP_LOG_LEVEL", bad);
-    const std::string m = invalid_message([] { env::get_bool("ANYEP_LOG_LEVEL"); });
-    EXPECT_NE(m.find("ANYEP_LOG_LEVEL"), std::string::npos) << bad << ": " << m;
+    ScopedEnv e("ANYEP_LL_CHECK_INPUTS", bad);
+    const std::string m = invalid_message([] { env::get_bool("ANYEP_LL_CHECK_INPUTS"); });
+    EXPECT_NE(m.find("ANYEP_LL_CHECK_INPUTS"), std::string::npos) << bad << ": " << m;
   }
 }
 
