@@ -367,39 +367,37 @@ bool ProxyThread::host_barrier(uint32_t r) {
 
 bool ProxyThread::flat_barrier(uint32_t r) {
   RingState& st = rings_[r];
-  {
-    // BARRIER: this ring's writes are remotely complete first, so whoever leaves the barrier
-    // sees them; then our arrival goes to every member; then we wait for theirs.
-    if (st.outstanding) return false;
-    for (; st.next_peer < s_.num_ranks; ++st.next_peer) {
-      const uint32_t p = st.next_peer;
-      if (p == s_.rank || !in_barrier_set(p, st.rail)) continue;
-      // Counted on this ring: the barrier retires only once our arrivals are complete too, so a
-      // peer that leaves the barrier and shuts down cannot strand our arrival in its transport.
-      const int rc = ep_->post_imm(p, imm::make_barrier(static_cast<uint32_t>(st.epoch), st.rail), ctx(r));
-      if (rc == -EAGAIN) return false;
-      if (rc) {
-        fatal(anyepTransportError, where(r) + ": BARRIER: posting to rank " + std::to_string(p) + " failed: " + ep_->last_error());
-        return false;
-      }
-      ++st.outstanding;
+  // BARRIER: this ring's writes are remotely complete first, so whoever leaves the barrier
+  // sees them; then our arrival goes to every member; then we wait for theirs.
+  if (st.outstanding) return false;
+  for (; st.next_peer < s_.num_ranks; ++st.next_peer) {
+    const uint32_t p = st.next_peer;
+    if (p == s_.rank || !in_barrier_set(p, st.rail)) continue;
+    // Counted on this ring: the barrier retires only once our arrivals are complete too, so a
+    // peer that leaves the barrier and shuts down cannot strand our arrival in its transport.
+    const int rc = ep_->post_imm(p, imm::make_barrier(static_cast<uint32_t>(st.epoch), st.rail), ctx(r));
+    if (rc == -EAGAIN) return false;
+    if (rc) {
+      fatal(anyepTransportError, where(r) + ": BARRIER: posting to rank " + std::to_string(p) + " failed: " + ep_->last_error());
+      return false;
     }
-    if (st.outstanding) return false;
-    for (uint32_t p = 0; p < s_.num_ranks; ++p)
-      if (p != s_.rank && in_barrier_set(p, st.rail) && barriers_in_[st.rail][p] < st.target) return false;
-    // A member is at most one barrier ahead (it needs our arrival to leave this one), so arrivals
-    // n and n+1 sit in different halves of its two-entry epoch record.
-    const uint32_t mine = static_cast<uint32_t>(st.epoch) & imm::kEpochMask;
-    for (uint32_t p = 0; p < s_.num_ranks; ++p) {
-      if (p == s_.rank || !in_barrier_set(p, st.rail)) continue;
-      const uint32_t e = epoch_in_[st.rail][2 * p + (st.target & 1)];
-      if (e != mine) {
-        fatal(anyepInvalidArgument, where(r) + ": " + (st.rail ? "rail " : "") + "BARRIER #" + std::to_string(st.target) +
-                                        ": " + s_.hosts->name(p) + " entered it with epoch " + std::to_string(e) +
-                                        " but this rank with epoch " + std::to_string(mine) +
-                                        " (mod 2^16; mismatched barriers)");
-        return false;
-      }
+    ++st.outstanding;
+  }
+  if (st.outstanding) return false;
+  for (uint32_t p = 0; p < s_.num_ranks; ++p)
+    if (p != s_.rank && in_barrier_set(p, st.rail) && barriers_in_[st.rail][p] < st.target) return false;
+  // A member is at most one barrier ahead (it needs our arrival to leave this one), so arrivals
+  // n and n+1 sit in different halves of its two-entry epoch record.
+  const uint32_t mine = static_cast<uint32_t>(st.epoch) & imm::kEpochMask;
+  for (uint32_t p = 0; p < s_.num_ranks; ++p) {
+    if (p == s_.rank || !in_barrier_set(p, st.rail)) continue;
+    const uint32_t e = epoch_in_[st.rail][2 * p + (st.target & 1)];
+    if (e != mine) {
+      fatal(anyepInvalidArgument, where(r) + ": " + (st.rail ? "rail " : "") + "BARRIER #" + std::to_string(st.target) +
+                                      ": " + s_.hosts->name(p) + " entered it with epoch " + std::to_string(e) +
+                                      " but this rank with epoch " + std::to_string(mine) +
+                                      " (mod 2^16; mismatched barriers)");
+      return false;
     }
   }
   return true;
