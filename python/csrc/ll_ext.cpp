@@ -68,10 +68,12 @@ void install_diagnostics() {
   ll_trace("module", "ANYEP_LL_TRACE on: step trace and native backtrace on fatal signals");
 }
 
+// Formatted by hand: streaming c10::IntArrayRef into an ostringstream crashed inside this module
+// on the device (SIGSEGV in c10::operator<<, 2026-11-22); plain std::to_string does not stream.
 std::string shape_str(const at::Tensor& t) {
-  std::ostringstream s;
-  s << t.sizes();
-  return s.str();
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
 }
 
 void expect(bool ok, const std::string& what) {
