@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "../common/machine_info.h"
 #include "bench_kernels.h"
 #include "channel/channel.h"
 
@@ -274,14 +275,6 @@ double raw_store_rate(uint32_t warps, int release) {
   return static_cast<double>(warps) * 32 * kPerLane / (best * 1e3);  // M stores/s
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "?";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -318,7 +311,7 @@ int main(int argc, char** argv) try {
   std::printf("command: %s\n", cmdline.c_str());
   std::printf("machine: %s; GPU 0 %s (%d SMs, PCI %04x:%02x:%02x), driver %d, runtime %d; CPU %s x %u threads\n", host,
               prop.name, prop.multiProcessorCount, prop.pciDomainID, prop.pciBusID, prop.pciDeviceID, drv, rt,
-              cpu_model().c_str(), std::thread::hardware_concurrency());
+              bench::cpu_model().c_str(), std::thread::hardware_concurrency());
   std::printf("setup: %u producer warps (4 per block), %u rings x %u slots, %.0f ms per point, payload = "
               "%%globaltimer at push; warp w -> ring w %% R; consumer thread t -> rings t, t+T, ...\n",
               o.warps, o.rings, o.capacity, o.ms);

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/machine_info.h"
 #include "common/error.h"
 #include "proxy/local_cluster.h"
 #include "proxy/ordering_engine.h"
@@ -60,14 +61,6 @@ std::vector<std::string> split(const std::string& s) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
 }
 
 // Channel only: T producers push NOPs, T consumers pop in batches. Commands/s.
@@ -219,7 +212,7 @@ int main(int argc, char** argv) {
   ::setenv("FI_TCP_IFACE", "lo", 0);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  std::printf("proxy_bench: machine %s, %u CPUs (%s)\n", host, std::thread::hardware_concurrency(), cpu_model().c_str());
+  std::printf("proxy_bench: machine %s, %u CPUs (%s)\n", host, std::thread::hardware_concurrency(), bench::cpu_model().c_str());
   std::printf("command: ");
   for (int i = 0; i < argc; ++i) std::printf("%s ", argv[i]);
   std::printf("\nworkload: per producer %llu commands = rounds of 7 WRITE x %u B + 1 count SIGNAL; 2 ranks in one "

@@ -8,6 +8,8 @@
 
 #if ANYEP_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
 #endif
 
 namespace anyep {
@@ -16,9 +18,7 @@ namespace {
 bool is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
 
 #if ANYEP_WITH_CUDA
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw CudaError(std::string("channel: ") + what + ": " + cudaGetErrorString(e));
-}
+void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "channel", what); }
 #endif
 
 // Per ring: slots, then RingShared. The slot array is rounded up to a cache line so RingShared

@@ -7,14 +7,13 @@
 #include <sstream>
 
 #include "common/env.h"
+#include "common/cuda_check.h"
 #include "common/error.h"
 
 namespace anyep {
 namespace {
 
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw CudaError(std::string("anyep LL: ") + what + ": " + cudaGetErrorString(e));
-}
+void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL", what); }
 
 // Connection record exchanged at construction (fixed size, plain bytes).
 struct PeerInfo {
