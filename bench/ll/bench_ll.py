@@ -2,6 +2,11 @@
 measured in the same run.
 
   python bench/ll/bench_ll.py [--tokens 128 --hidden 7168 --topk 8 --experts 288 --iters 500]
+                              [--paths auto,proxy-cuda-ipc,proxy-libfabric]
+
+--paths: one Buffer per LL path (ANYEP_LL_PATH), measured one after the other in the same
+processes: auto = NVLink (CUDA IPC) between the GPUs of this host; proxy-* = each process its own
+node, every peer through the CPU proxy (proxy-libfabric uses ANYEP_FI_PROVIDER, default shm here).
 
 Spawns one process per GPU (2 on 2 x H200). Times are medians over --iters iterations from CUDA
 events on the stream (each iteration: dispatch then combine, back to back, so the ranks stay in
@@ -82,8 +87,6 @@ def run(rank, world, port, args, queue):
     import anyep
     T, H, K, E = args.tokens, args.hidden, args.topk, args.experts
     L = E // world
-    buf = anyep.Buffer(dist.group.WORLD, 0, anyep.Buffer.get_low_latency_rdma_size_hint(T, H, world, E),
-                       low_latency_mode=True)
     g = torch.Generator(device="cuda").manual_seed(rank + 1)
     x = torch.randn(T, H, device="cuda", generator=g).to(torch.bfloat16)
     scores = torch.rand(T, E, device="cuda", generator=g)
@@ -99,6 +102,46 @@ def run(rank, world, port, args, queue):
         e.record()
         return e
 
+    res = {}
+    for path in args.paths.split(","):
+        os.environ["ANYEP_LL_PATH"] = path
+        if path == "proxy-libfabric":
+            os.environ.setdefault("ANYEP_FI_PROVIDER", "shm")
+        buf = anyep.Buffer(dist.group.WORLD, 0, anyep.Buffer.get_low_latency_rdma_size_hint(T, H, world, E),
+                           low_latency_mode=True, explicitly_destroy=True)
+        res[f"{path}:paths"] = buf.describe_paths()
+        for k, v in measure(buf, args, x, idx, w, y, T, E, ev).items():
+            res[f"{path}:{k}"] = v
+            if k in ("dispatch_us", "combine_us"):
+                nbytes = fp8_bytes if k == "dispatch_us" else bf16_bytes
+                res[f"{path}:{k[:-3]}_GBps"] = selections * nbytes / (v * 1e3)
+        buf.destroy()
+        dist.barrier()
+    # NCCL all_to_all baseline, same data.
+    nd, nc = [], []
+    for it in range(args.warmup // 5 + args.iters // 5):
+        e0 = ev()
+        recv_b, sel, sc, rc = nccl_dispatch(x, idx, E, world, L)
+        e1 = ev()
+        yb = torch.empty(recv_b.size(0), H, dtype=torch.bfloat16, device="cuda").normal_()
+        e1b = ev()
+        nccl_combine(yb, sel, sc, rc, w, T, K)
+        e2 = ev()
+        if it >= args.warmup // 5:
+            nd.append((e0, e1))
+            nc.append((e1b, e2))
+    torch.cuda.synchronize()
+    res["nccl_dispatch_us"] = median_us(nd)
+    res["nccl_combine_us"] = median_us(nc)
+    res["selections"] = selections
+    res["device"] = torch.cuda.get_device_name()
+    queue.put((rank, res))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def measure(buf, args, x, idx, w, y, T, E, ev):
+    """Fused and staged dispatch/combine medians (us) on one Buffer."""
     res = {}
     # anyep, fused (one kernel each).
     d_pairs, c_pairs = [], []
@@ -136,29 +179,7 @@ def run(rank, world, port, args, queue):
     buf.check_async_error()
     res.update(dispatch_send_us=median_us(ds), dispatch_recv_us=median_us(dr), combine_send_us=median_us(cs),
                combine_recv_us=median_us(cr))
-    # NCCL all_to_all baseline, same data.
-    nd, nc = [], []
-    for it in range(args.warmup // 5 + args.iters // 5):
-        e0 = ev()
-        recv_b, sel, sc, rc = nccl_dispatch(x, idx, E, world, L)
-        e1 = ev()
-        yb = torch.empty(recv_b.size(0), H, dtype=torch.bfloat16, device="cuda").normal_()
-        e1b = ev()
-        nccl_combine(yb, sel, sc, rc, w, T, K)
-        e2 = ev()
-        if it >= args.warmup // 5:
-            nd.append((e0, e1))
-            nc.append((e1b, e2))
-    torch.cuda.synchronize()
-    res["nccl_dispatch_us"] = median_us(nd)
-    res["nccl_combine_us"] = median_us(nc)
-    res["dispatch_GBps"] = selections * fp8_bytes / (res["dispatch_us"] * 1e3)
-    res["combine_GBps"] = selections * bf16_bytes / (res["combine_us"] * 1e3)
-    res["selections"] = selections
-    res["device"] = torch.cuda.get_device_name()
-    queue.put((rank, res))
-    dist.barrier()
-    dist.destroy_process_group()
+    return res
 
 
 def main():
@@ -170,6 +191,7 @@ def main():
     p.add_argument("--iters", type=int, default=500)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--json", default="")
+    p.add_argument("--paths", default="auto", help="comma list of LL paths (ANYEP_LL_PATH values) to measure")
     args = p.parse_args()
     world = torch.cuda.device_count()
     if world < 2:
@@ -207,13 +229,17 @@ def main():
     if errors:
         print(f"bench_ll: failed: {errors}")
         sys.exit(1)
-    keys = ["dispatch_us", "combine_us", "dispatch_send_us", "dispatch_recv_us", "combine_send_us",
-            "combine_recv_us", "dispatch_GBps", "combine_GBps", "nccl_dispatch_us", "nccl_combine_us"]
+    metrics = ["dispatch_us", "combine_us", "dispatch_send_us", "dispatch_recv_us", "combine_send_us",
+               "combine_recv_us", "dispatch_GBps", "combine_GBps"]
+    keys = [f"{p}:{m}" for p in args.paths.split(",") for m in metrics] + ["nccl_dispatch_us", "nccl_combine_us"]
     print(f"bench_ll: {world} ranks on {results[0]['device']}, tokens/rank {args.tokens}, hidden {args.hidden}, "
           f"top-{args.topk}, {args.experts} experts, FP8 dispatch, BF16 combine, median of {args.iters}")
-    print(f"{'metric':<20}" + "".join(f"{'rank ' + str(r):>12}" for r in range(world)))
+    print(f"command: {' '.join(sys.argv)}")
+    for p in args.paths.split(","):
+        print(f"rank 0 {p}: {results[0][p + ':paths']}")
+    print(f"{'metric':<36}" + "".join(f"{'rank ' + str(r):>12}" for r in range(world)))
     for k in keys:
-        print(f"{k:<20}" + "".join(f"{results[r][k]:>12.1f}" for r in range(world)))
+        print(f"{k:<36}" + "".join(f"{results[r][k]:>12.1f}" for r in range(world)))
     print("DeepEP on this machine (DESIGN.md s5): dispatch 28.7 us, combine 40.4 us")
     if args.json:
         with open(args.json, "w") as f:

@@ -29,8 +29,9 @@ class Buffer:
     """Expert-parallel communication buffer (deep_ep.Buffer compatible).
 
     Low-latency mode (`low_latency_mode=True`, `num_rdma_bytes` from
-    `get_low_latency_rdma_size_hint`) is implemented for peers reachable through CUDA IPC
-    (NVLink or the same GPU). The high-throughput methods raise NotImplementedError.
+    `get_low_latency_rdma_size_hint`): direct stores through CUDA IPC to peers on this host, the
+    CPU proxy for the others (ANYEP_LL_PATH picks the path, docs/ll.md). The high-throughput
+    methods raise NotImplementedError.
     """
 
     num_sms: int = 20
@@ -51,18 +52,27 @@ class Buffer:
         self._combine_buffers = {}
         self._ll = None
         self._destroyed = False
-        if not allow_nvlink_for_low_latency_mode:
-            raise NotImplementedError("anyep: allow_nvlink_for_low_latency_mode=False needs the LL proxy path "
-                                      "(not built yet)")
         if low_latency_mode:
             if num_rdma_bytes <= 0:
                 raise ValueError("anyep: low_latency_mode needs num_rdma_bytes > 0 "
                                  "(see Buffer.get_low_latency_rdma_size_hint)")
-            self._ll = _ext().LLBuffer(self.rank, self.group_size, int(num_rdma_bytes))
+            # Path: ANYEP_LL_PATH (docs/environment.md); no NVLink means every peer through the proxy.
+            self._ll = _ext().LLBuffer(self.rank, self.group_size, int(num_rdma_bytes),
+                                       allow_nvlink=bool(allow_nvlink_for_low_latency_mode))
             infos = [None] * self.group_size
             dist.all_gather_object(infos, self._ll.local_info(), group=group)
-            self._ll.connect(list(infos))
+            self._ll.connect(list(infos), self._allgather_bytes)
             dist.barrier(group=group)
+
+    def _allgather_bytes(self, mine: bytes) -> list:
+        """Bootstrap for the C++ proxy set-up: allgather of bytes over the Buffer's group."""
+        out = [None] * self.group_size
+        dist.all_gather_object(out, bytes(mine), group=self.group)
+        return out
+
+    def describe_paths(self) -> str:
+        """How this rank reaches its peers (direct stores / proxy and its transport)."""
+        return self._low_latency().describe_paths()
 
     # ---- class helpers -------------------------------------------------------------------------
     @staticmethod

@@ -11,13 +11,13 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/env.h"
 #include "common/error.h"
 #include "runtime/ll_buffer.h"
+#include "transport/bootstrap/bootstrap.h"
 
 namespace {
 
@@ -68,13 +68,16 @@ void install_diagnostics() {
   ll_trace("module", "ANYEP_LL_TRACE on: step trace and native backtrace on fatal signals");
 }
 
-// Formatted by hand: streaming c10::IntArrayRef into an ostringstream crashed inside this module
-// on the device (SIGSEGV in c10::operator<<, 2026-11-22); plain std::to_string does not stream.
+// Formatted by hand: any iostream insertion crashed inside this module on the device (SIGSEGV in
+// std::ostream::_M_insert, 2026-11-22; see python/CMakeLists.txt); std::to_string does not stream.
 std::string shape_str(const at::Tensor& t) {
   std::string s = "[";
   for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
   return s + "]";
 }
+
+// int32 words after the two planes of a handle's src_info storage: [0] = the dispatch's buffer half.
+constexpr int64_t kHandleTail = 4;
 
 void expect(bool ok, const std::string& what) {
   if (!ok) throw InvalidArgument(what);
@@ -135,19 +138,45 @@ py::object launch_phases(const std::shared_ptr<LowLatencyBuffer>& rt, const Args
 
 class LLBuffer {
  public:
-  LLBuffer(int rank, int num_ranks, int64_t num_bytes)
-      : rt_(std::make_shared<LowLatencyBuffer>(rank, num_ranks, num_bytes, c10::cuda::current_device())),
+  // allow_nvlink=False (deep_ep's allow_nvlink_for_low_latency_mode): every peer through the proxy,
+  // over libfabric unless ANYEP_LL_PATH names a proxy path.
+  LLBuffer(int rank, int num_ranks, int64_t num_bytes, bool allow_nvlink)
+      : rt_(std::make_shared<LowLatencyBuffer>(rank, num_ranks, num_bytes, c10::cuda::current_device(),
+                                               path_name(allow_nvlink))),
         check_values_(anyep::env::get_bool("ANYEP_LL_CHECK_INPUTS")) {}
+  static std::string path_name(bool allow_nvlink) {
+    const anyep::LLPath p = anyep::parse_ll_path("");
+    if (!allow_nvlink && p == anyep::LLPath::kAuto) return anyep::ll_path_name(anyep::LLPath::kProxyLibfabric);
+    return anyep::ll_path_name(p);
+  }
 
   py::bytes local_info() const {
     const auto v = rt_->local_info();
     return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
   }
-  void connect(const std::vector<std::string>& infos) {
+  // `allgather(bytes) -> list[bytes]` over the caller's process group (torch.distributed): the
+  // proxy's collective set-up runs through it, on this thread, holding the GIL.
+  void connect(const std::vector<std::string>& infos, py::object allgather) {
     std::vector<std::vector<uint8_t>> v;
     for (const auto& s : infos) v.emplace_back(s.begin(), s.end());
-    rt_->connect(v);
+    std::unique_ptr<anyep::transport::Bootstrap> boot;
+    if (!allgather.is_none()) {
+      boot = anyep::transport::make_callback_bootstrap(
+          static_cast<uint32_t>(rt_->rank()), static_cast<uint32_t>(rt_->num_ranks()),
+          [allgather](const std::vector<uint8_t>& mine) {
+            const py::list got(allgather(py::bytes(reinterpret_cast<const char*>(mine.data()), mine.size())));
+            std::vector<std::vector<uint8_t>> all;
+            for (const auto& item : got) {
+              const std::string b = item.cast<std::string>();
+              all.emplace_back(b.begin(), b.end());
+            }
+            return all;
+          });
+    }
+    rt_->connect(v, boot.get());
   }
+  std::string describe_paths() const { return rt_->describe_paths(); }
+  bool host_staged() const { return rt_->host_staged(); }
   bool peer_direct(int r) const { return rt_->peer_direct(r); }
   void clean() { rt_->clean(); }
   void check_error() { rt_->check_error(); }
@@ -204,9 +233,10 @@ class LLBuffer {
     }
     at::Tensor recv_count = at::empty({L}, opts.dtype(at::kInt));
     // src_info's storage holds a second plane [L, R*T] with each row's top-k slot, which combine
-    // needs to address the home slot; the returned tensor is the first plane (DeepEP's shape).
-    at::Tensor info = at::empty({2, L, RT}, opts.dtype(at::kInt));
-    at::Tensor src_info = info[0];
+    // needs to address the home slot, and after it the buffer half this dispatch used (combine
+    // stages rows for proxied peers there); the returned tensor is the first plane (DeepEP's shape).
+    at::Tensor info = at::empty({2 * L * RT + kHandleTail}, opts.dtype(at::kInt));
+    at::Tensor src_info = info.narrow(0, 0, L * RT).view({L, RT});
     at::Tensor layout_range = at::empty({L, R}, opts.dtype(at::kLong));
     ll_trace("dispatch", "outputs allocated; data pointers");
     a.x = x.data_ptr();
@@ -218,6 +248,7 @@ class LLBuffer {
     a.recv_count = recv_count.data_ptr<int32_t>();
     a.src_info = info.data_ptr<int32_t>();
     a.src_topk = info.data_ptr<int32_t>() + L * RT;
+    a.handle_half = info.data_ptr<int32_t>() + 2 * L * RT;
     a.layout_range = layout_range.data_ptr<int64_t>();
     a.cumulative_recv_stats = cum_stats ? cum_stats->data_ptr<int32_t>() : nullptr;
     a.wait_recv_cost_stats = wait_stats ? wait_stats->data_ptr<int64_t>() : nullptr;
@@ -251,7 +282,7 @@ class LLBuffer {
     expect(src_info.size(0) == L && src_info.size(1) == RT, "handle src_info has shape " + shape_str(src_info) +
                                                                 ", expected [" + std::to_string(L) + ", " + std::to_string(RT) + "]");
     expect(src_info.storage_offset() == 0 &&
-               src_info.storage().nbytes() >= static_cast<size_t>(2 * L * RT * 4),
+               src_info.storage().nbytes() >= static_cast<size_t>((2 * L * RT + kHandleTail) * 4),
            "handle was not produced by anyep low_latency_dispatch (src_info lacks the top-k slot plane)");
     expect_tensor(layout_range, "handle layout_range", at::kLong, 2, dev);
     expect(layout_range.size(0) == L && layout_range.size(1) == R, "handle layout_range has shape " + shape_str(layout_range));
@@ -280,6 +311,7 @@ class LLBuffer {
     a.x = x.data_ptr();
     a.src_info = src_info.data_ptr<int32_t>();
     a.src_topk = src_info.data_ptr<int32_t>() + L * RT;
+    a.handle_half = src_info.data_ptr<int32_t>() + 2 * L * RT;
     a.layout_range = layout_range.data_ptr<int64_t>();
     a.topk_idx = topk_idx.data_ptr<int64_t>();
     a.topk_weights = topk_weights.data_ptr<float>();
@@ -314,9 +346,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("size_hint", &LowLatencyBuffer::size_hint, py::arg("num_max_dispatch_tokens_per_rank"), py::arg("hidden"),
         py::arg("num_ranks"), py::arg("num_experts"));
   py::class_<LLBuffer>(m, "LLBuffer")
-      .def(py::init<int, int, int64_t>(), py::arg("rank"), py::arg("num_ranks"), py::arg("num_bytes"))
+      .def(py::init<int, int, int64_t, bool>(), py::arg("rank"), py::arg("num_ranks"), py::arg("num_bytes"),
+           py::arg("allow_nvlink") = true)
       .def("local_info", &LLBuffer::local_info)
-      .def("connect", &LLBuffer::connect)
+      .def("connect", &LLBuffer::connect, py::arg("infos"), py::arg("allgather") = py::none())
+      .def("describe_paths", &LLBuffer::describe_paths)
+      .def("host_staged", &LLBuffer::host_staged)
       .def("peer_direct", &LLBuffer::peer_direct)
       .def("clean", &LLBuffer::clean)
       .def("check_error", &LLBuffer::check_error)

@@ -6,6 +6,10 @@
 // expert, one thread per rank stores the expert's flag on that rank (release, system scope), so
 // the flag is ordered after the rows; ranks that received nothing from this expert get the flag
 // too, which is how a home rank learns "nothing more is coming".
+// A home rank behind the proxy: each row is staged in the dispatch slot it arrived in (half b_d of
+// the handle's dispatch, slot (l, r, s): consumed already, and not rewritten before rank r has
+// received this combine), a WRITE per row copies it to the home slot, and the expert's flag goes
+// as a SIGNAL with kFenceCount = the rows it covers, in the same ring after them.
 // Receive (home rank): one block per token: wait for the flags of the token's experts (acquire,
 // system scope), then out[t] = sum_k w[t,k] * slot[t,k] in FP32, stored as BF16. The last block
 // waits for the remaining flags and resets all of them for the next use of this half.
@@ -26,16 +30,41 @@ __device__ void send_phase(const CombineArgs& a) {
   const int nvec = H / 8;  // 16-byte vectors per BF16 row
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
 
+  const bool proxy = c.proxy.rings != nullptr;
+  const int bd = proxy ? *a.handle_half : 0;  // dispatch half of the handle: staging rows live there
+
   for (int l = blockIdx.x; l < L; l += gridDim.x) {
     for (int r = 0; r < R; ++r) {
       uint8_t* base = c.peers[r];
       const int64_t range = a.layout_range[static_cast<int64_t>(l) * R + r];
       const int begin = static_cast<int>(range >> 32), count = static_cast<int>(range & 0xffffffff);
+      const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
       if (base == nullptr) {
-        if (threadIdx.x == 0 && count > 0) dev::report(c.err, kErrNoPeer, c.rank, c.rank * L + l, r, count);
+        if (!proxy) {
+          if (threadIdx.x == 0 && count > 0) dev::report(c.err, kErrNoPeer, c.rank, c.rank * L + l, r, count);
+          continue;
+        }
+        // Stage every row, then one WRITE per row (after a block barrier and a system fence: the
+        // copy engine / NIC reads what all threads staged).
+        uint8_t* stage = c.local + g.dispatch_slot_off(bd, l, r, 0) + kHeaderBytes;
+        const uint64_t M = g.msg_bytes();
+        for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
+          const int s = i / nvec, v = i - s * nvec;
+          dev::st16(stage + s * M + v * 16, dev::ld_nc16(x + (row0 + s) * 2 * H + v * 16));
+        }
+        __syncthreads();
+        const uint32_t tag = proxy_tag(kTagCombine, c.buf, l, g.R);
+        for (int s = threadIdx.x; s < count; s += blockDim.x) {
+          __threadfence_system();
+          TransferCmd cmd;
+          // Fits by construction: the runtime refuses buffers beyond the 64 GiB offset reach.
+          try_make_write(&cmd, static_cast<uint32_t>(r), g.dispatch_slot_off(bd, l, r, s) + kHeaderBytes,
+                         g.combine_slot_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s]),
+                         g.combine_slot_bytes(), tag, false);
+          dev::push_cmd(c, tag, cmd, c.rank * L + l, r);
+        }
         continue;
       }
-      const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
       for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
         const int s = i / nvec, v = i - s * nvec;
         const int t = a.src_info[row0 + s], k = a.src_topk[row0 + s];
@@ -44,14 +73,24 @@ __device__ void send_phase(const CombineArgs& a) {
         dev::st16(base + g.combine_slot_off(c.buf, t, k) + v * 16, val);
       }
     }
-    __syncthreads();  // every row of expert l is written before any of its flags
+    __syncthreads();  // every row (and every WRITE push) of expert l comes before any of its flags
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
       uint8_t* base = c.peers[r];
-      if (base == nullptr) continue;
-      __threadfence_system();
-      // Flag after data: release at system scope covers the rows the block wrote (observed
-      // through __syncthreads); the home rank reads the flag with acquire.
-      dev::st_release_sys(reinterpret_cast<int32_t*>(base + g.combine_flag_off(c.buf, c.rank * L + l)), 1);
+      const uint64_t flag = g.combine_flag_off(c.buf, c.rank * L + l);
+      if (base != nullptr) {
+        __threadfence_system();
+        // Flag after data: release at system scope covers the rows the block wrote (observed
+        // through __syncthreads); the home rank reads the flag with acquire.
+        dev::st_release_sys(reinterpret_cast<int32_t*>(base + flag), 1);
+      } else if (proxy) {
+        // Flag after data through the proxy: applied once the expert's `count` rows for r landed.
+        const int count = static_cast<int>(a.layout_range[static_cast<int64_t>(l) * R + r] & 0xffffffff);
+        const uint32_t tag = proxy_tag(kTagCombine, c.buf, l, g.R);
+        TransferCmd cmd;
+        try_make_signal(&cmd, static_cast<uint32_t>(r), counter_of(flag), 1, cmd::kFenceCount, tag,
+                        static_cast<uint32_t>(count));
+        dev::push_cmd(c, tag, cmd, c.rank * L + l, r);
+      }
     }
   }
 }
@@ -73,9 +112,8 @@ __device__ void recv_phase(const CombineArgs& a) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       if (e >= 0 && e < E) {
-        const int32_t* flag = reinterpret_cast<const int32_t*>(c.local + g.combine_flag_off(c.buf, e));
         uint64_t waited = 0;
-        if (dev::wait_nonzero_sys(flag, c.timeout_ns, &waited) == 0)
+        if (dev::wait_signal(c, c.peers[e / L] != nullptr, g.combine_flag_off(c.buf, e), c.timeout_ns, &waited) == 0)
           dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, t);
         if (a.wait_recv_cost_stats)
           atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + e / L),
@@ -90,7 +128,7 @@ __device__ void recv_phase(const CombineArgs& a) {
     for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int j = 0; j < n; ++j) {
-        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(s_src[j]) + v);
+        const uint4 raw = dev::ld_recv(reinterpret_cast<const uint4*>(s_src[j]) + v, c.host_mem);
         const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
         const float w = s_w[j];
 #pragma unroll
@@ -112,10 +150,11 @@ __device__ void recv_phase(const CombineArgs& a) {
     // Every expert signals every rank; wait for the flags no token waited on, then reset all of
     // them (the next writer of this half is causally after this kernel).
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
-      int32_t* flag = reinterpret_cast<int32_t*>(c.local + g.combine_flag_off(c.buf, e));
-      if (dev::wait_nonzero_sys(flag, c.timeout_ns, nullptr) == 0)
+      const bool direct = c.peers[e / L] != nullptr;
+      const uint64_t flag = g.combine_flag_off(c.buf, e);
+      if (dev::wait_signal(c, direct, flag, c.timeout_ns, nullptr) == 0)
         dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, -1);
-      *flag = 0;
+      dev::reset_signal(c, direct, flag);
     }
   }
 }

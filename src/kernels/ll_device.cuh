@@ -65,6 +65,54 @@ __device__ inline int wait_nonzero_sys(const int32_t* p, uint64_t timeout_ns, ui
   }
 }
 
+__device__ __forceinline__ unsigned long long ld_acquire_sys64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Received data: a peer GPU (NVLink stores or copy engine) wrote it into our device memory, so an
+// L2 load (cg) sees it; in a host-staged buffer a proxy wrote it into host memory through the NIC,
+// and a cached copy of an earlier round's line may sit in L2, so fetch it again (cv).
+template <typename V>
+__device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
+  return host_mem ? __ldcv(p) : __ldcg(p);
+}
+
+// A count/flag signal at byte offset `off` of the signal area: a direct peer stores it into our
+// buffer (int32); a proxy adds it to counter counter_of(off) in host memory (64-bit). Spin until
+// non-zero (acquire, system scope); returns the value, or 0 on timeout.
+__device__ inline int wait_signal(const Common& c, bool direct, uint64_t off, uint64_t timeout_ns, uint64_t* waited_ns) {
+  if (direct) return wait_nonzero_sys(reinterpret_cast<const int32_t*>(c.local + off), timeout_ns, waited_ns);
+  const unsigned long long* p = c.proxy.counters + counter_of(off);
+  const uint64_t start = port::now_ns();
+  for (;;) {
+    const unsigned long long v = ld_acquire_sys64(p);
+    if (v != 0) {
+      if (waited_ns) *waited_ns = port::now_ns() - start;
+      return static_cast<int>(v);
+    }
+    if (port::now_ns() - start > timeout_ns) return 0;
+  }
+}
+// The reader resets a signal it consumed; the next writer of it is causally after this kernel.
+__device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) {
+  if (direct) {
+    *reinterpret_cast<int32_t*>(c.local + off) = 0;
+  } else {
+    // Volatile: a host-memory word the proxy adds to; ordered before later signals by the
+    // release stores/fences that follow it in this kernel.
+    *reinterpret_cast<volatile unsigned long long*>(c.proxy.counters + counter_of(off)) = 0ull;
+  }
+}
+
+// Push one proxy command into the ring of its fence group (see ProxyPath). A push that times out
+// has filled the ring's error record (the runtime raises it); report it here too so waits end.
+__device__ inline void push_cmd(const Common& c, uint32_t tag, const TransferCmd& cmd, int expert, int peer) {
+  const RingHandle& ring = c.proxy.rings[tag % static_cast<uint32_t>(c.proxy.num_rings)];
+  if (ring.push(cmd) == kPushFailed) report(c.err, kErrRingTimeout, c.rank, expert, peer, static_cast<int>(ring.ring_id));
+}
+
 // The last block of a grid to call this (per counter) gets true; the counter is reset for the
 // next launch. Every earlier block's writes are visible to the last one (fence + atomic).
 __device__ inline bool last_block(int32_t* counter) {

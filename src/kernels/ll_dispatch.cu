@@ -12,8 +12,10 @@
 // recv_count.
 //
 // NVLink peers get direct stores through CUDA IPC pointers (c.peers[r]); a null entry marks a
-// peer that needs the channel -> proxy path (RingHandle::push of WRITE tagged with the local
-// expert, then SIGNAL kFenceCount), which is reported as kErrNoPeer until that path exists.
+// peer behind the proxy: the message is built in this rank's staging slot (b, t, k), a WRITE
+// (tag = the destination's fence group for (half, local expert)) copies it to the same dispatch
+// slot formula on the owner, and the count goes as a SIGNAL with kFenceCount = the number of
+// WRITEs it covers, so the receiving proxy applies it only after they all landed.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -56,7 +58,9 @@ __device__ void send_phase(const DispatchArgs& a) {
   const int L = static_cast<int>(g.L()), T = static_cast<int>(g.T), H = static_cast<int>(g.H);
   const int K = c.num_topk, E = static_cast<int>(g.E);
   __shared__ uint8_t* s_dst[kMaxTopk];
+  __shared__ int s_proxy_slot[kMaxTopk];  // >= 0: slot on the owner, reached by a proxy WRITE
   __shared__ float s_scale[kMaxGroups];
+  const uint64_t used = g.msg_used_bytes(a.fmt == Format::kBF16);
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
 
   for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
@@ -64,22 +68,27 @@ __device__ void send_phase(const DispatchArgs& a) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       uint8_t* dst = nullptr;
+      int proxy_slot = -1;
       if (e >= E) dev::report(c.err, kErrBadExpert, c.rank, e, -1, t);
       if (e >= 0 && e < E) {
         const int owner = e / L;
         const int slot = atomicAdd(&c.ws.send_slot[e], 1);
         uint8_t* base = c.peers[owner];
-        if (base == nullptr) {
-          dev::report(c.err, kErrNoPeer, c.rank, e, owner, 0);
-        } else if (slot >= T) {
+        if (slot >= T) {
           dev::report(c.err, kErrSlotOverflow, c.rank, e, owner, slot);
-        } else {
+        } else if (base != nullptr) {
           // Layout: dispatch slot (buf, l = e % L, r = this rank, slot) — ll_layout.h.
           dst = base + g.dispatch_slot_off(c.buf, e % L, c.rank, slot);
-          dev::st16(dst, make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(k), 0u, 0u));
+        } else if (c.proxy.rings != nullptr) {
+          dst = c.local + g.stage_slot_off(c.buf, t, k);  // staged here, sent by the proxy
+          proxy_slot = slot;
+        } else {
+          dev::report(c.err, kErrNoPeer, c.rank, e, owner, 0);
         }
+        if (dst) dev::st16(dst, make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(k), 0u, 0u));
       }
       s_dst[k] = dst;
+      s_proxy_slot[k] = proxy_slot;
     }
     __syncthreads();
     const uint8_t* row = x + static_cast<int64_t>(t) * H * 2;
@@ -128,9 +137,21 @@ __device__ void send_phase(const DispatchArgs& a) {
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + threadIdx.x]);
       // Counted even when the write was refused (error already reported) so no warp waits forever.
       if (e >= 0 && e < E) {
-        // System-scope fence: the block's payload stores went to a peer GPU over NVLink; order them
-        // (observed through __syncthreads) before the count at the scope the receiver reads at.
+        // System-scope fence: the block's payload stores went to a peer GPU over NVLink (or into
+        // the staging slot a proxy reads); order them (observed through __syncthreads) before the
+        // count, or the WRITE command, at the scope the reader reads at.
         __threadfence_system();
+        const int slot = s_proxy_slot[threadIdx.x];
+        if (slot >= 0) {
+          const int l = e % L;
+          const uint32_t tag = proxy_tag(kTagDispatch, c.buf, l, g.R);
+          TransferCmd cmd;
+          // Fits by construction: the runtime refuses buffers beyond the 64 GiB offset reach.
+          try_make_write(&cmd, static_cast<uint32_t>(e / L), g.stage_slot_off(c.buf, t, threadIdx.x),
+                         g.dispatch_slot_off(c.buf, l, c.rank, slot), used, tag, false);
+          dev::push_cmd(c, tag, cmd, e, e / L);
+        }
+        // Release: the WRITE push above (ring index claimed) happens-before the count warp's push.
         dev::red_add_release_gpu(&c.ws.send_done[e], 1);
       }
     }
@@ -161,6 +182,14 @@ __device__ void send_phase(const DispatchArgs& a) {
       if (ok && base != nullptr) {
         // Count after data: release at system scope (the owner polls with acquire).
         dev::st_release_sys(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1);
+      } else if (ok && c.proxy.rings != nullptr) {
+        // Count after data through the proxy: the receiving proxy applies it once `cnt` WRITEs of
+        // this fence group landed (kFenceCount); same ring as those WRITEs, pushed after them.
+        const uint32_t tag = proxy_tag(kTagDispatch, c.buf, e % L, g.R);
+        TransferCmd cmd;
+        try_make_signal(&cmd, static_cast<uint32_t>(owner), counter_of(g.dispatch_count_off(c.buf, e % L, c.rank)),
+                        cnt + 1, cmd::kFenceCount, tag, static_cast<uint32_t>(cnt));
+        dev::push_cmd(c, tag, cmd, e, owner);
       }
       c.ws.send_done[e] = 0;  // all adds for e have landed (or we timed out): ready for next call
       c.ws.send_slot[e] = 0;
@@ -184,16 +213,17 @@ __device__ void recv_phase(const DispatchArgs& a) {
   for (int p = blockIdx.x; p < L * R; p += gridDim.x) {
     const int l = p / R, r = p % R;
     if (threadIdx.x == 0) {
-      int32_t* sig = reinterpret_cast<int32_t*>(c.local + g.dispatch_count_off(c.buf, l, r));
+      const bool direct = c.peers[r] != nullptr;
+      const uint64_t sig = g.dispatch_count_off(c.buf, l, r);
       uint64_t waited = 0;
-      const int v = dev::wait_nonzero_sys(sig, c.timeout_ns, &waited);
+      const int v = dev::wait_signal(c, direct, sig, c.timeout_ns, &waited);
       int count = 0;
       if (v == 0) {
         dev::report(c.err, kErrDispatchRecvTimeout, c.rank, c.rank * L + l, r, 0);
       } else {
         count = min(v - 1, T);
         // Reset for the call after next on this half: its sender is causally after our return.
-        *sig = 0;
+        dev::reset_signal(c, direct, sig);
       }
       const int begin = atomicAdd(&c.ws.recv_total[l], count);
       a.layout_range[static_cast<int64_t>(l) * R + r] = (static_cast<int64_t>(begin) << 32) | count;
@@ -209,12 +239,12 @@ __device__ void recv_phase(const DispatchArgs& a) {
     for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
       const int s = i / nvec, v = i - s * nvec;
       // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
-      const uint4 val = __ldcg(reinterpret_cast<const uint4*>(region + s * M + kHeaderBytes) + v);
+      const uint4 val = dev::ld_recv(reinterpret_cast<const uint4*>(region + s * M + kHeaderBytes) + v, c.host_mem);
       dev::st16(out + static_cast<int64_t>(s) * row_bytes + v * 16, val);
     }
     const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
     for (int s = threadIdx.x; s < count; s += blockDim.x) {
-      const int4 h = __ldcg(reinterpret_cast<const int4*>(region + s * M));
+      const int4 h = dev::ld_recv(reinterpret_cast<const int4*>(region + s * M), c.host_mem);
       a.src_info[row0 + s] = h.x;
       a.src_topk[row0 + s] = h.y;
     }
@@ -222,7 +252,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
       float* sc = static_cast<float*>(a.recv_scales);
       for (int i = threadIdx.x; i < count * G; i += blockDim.x) {
         const int s = i / G, gi = i - s * G;
-        const float f = __ldcg(reinterpret_cast<const float*>(region + s * M + g.fp8_scale_offset()) + gi);
+        const float f = dev::ld_recv(reinterpret_cast<const float*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
         sc[(static_cast<int64_t>(l) * G + gi) * RT + begin + s] = f;  // [L, G, R*T]: column-major view
       }
     } else if (a.fmt == Format::kFP8UE8M0) {
@@ -230,7 +260,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
       const int G4 = G / kUe8m0Pack;
       for (int i = threadIdx.x; i < count * G4; i += blockDim.x) {
         const int s = i / G4, gi = i - s * G4;
-        const float4 f = __ldcg(reinterpret_cast<const float4*>(region + s * M + g.fp8_scale_offset()) + gi);
+        const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
         // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first.
         const uint32_t packed = ((__float_as_uint(f.x) >> 23) & 0xffu) | (((__float_as_uint(f.y) >> 23) & 0xffu) << 8) |
                                 (((__float_as_uint(f.z) >> 23) & 0xffu) << 16) |
@@ -241,6 +271,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
     __syncthreads();  // s_begin/s_count reuse
   }
   if (dev::last_block(&c.ws.blocks_done[0])) {
+    if (threadIdx.x == 0 && a.handle_half) *a.handle_half = c.buf;
     for (int l = threadIdx.x; l < L; l += blockDim.x) {
       const int n = atomicExch(&c.ws.recv_total[l], 0);
       a.recv_count[l] = n;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "channel/ring.h"
 #include "kernels/ll_layout.h"
 
 #if defined(__CUDACC__) || __has_include(<cuda_runtime_api.h>)
@@ -26,9 +27,10 @@ enum ErrorCode : uint32_t {
   kErrDispatchRecvTimeout = 1,  // count for (local expert, source rank) never arrived
   kErrCombineRecvTimeout = 2,   // combine flag for (expert, owner rank) never arrived
   kErrSendTimeout = 3,          // local blocks did not finish sending an expert's tokens
-  kErrNoPeer = 4,               // peer not NVLink-reachable and the proxy path is not built
+  kErrNoPeer = 4,               // peer has no direct stores and this buffer has no proxy
   kErrSlotOverflow = 5,         // more messages for one (expert, source) than tokens per rank
   kErrBadExpert = 6,            // topk_idx entry outside [-1, E) (host checks are off)
+  kErrRingTimeout = 7,          // a proxy ring stayed full (proxy stalled or stopped)
 };
 struct alignas(32) ErrorRecord {
   uint32_t code;     // ErrorCode; written last
@@ -50,6 +52,16 @@ struct Workspace {
   static constexpr int64_t ints(int64_t E) { return 3 * E + 8; }
 };
 
+// The channel -> proxy path for peers without direct stores (peers[r] == null). Commands of one
+// fence group (proxy tag) always go to one ring, rings[tag % num_rings]: the proxy thread owning
+// it sees a group's WRITEs before its SIGNAL (the SIGNAL is pushed after every WRITE of the group
+// was pushed), so the order holds even when the proxy bypasses its ordering engine.
+struct ProxyPath {
+  const RingHandle* rings = nullptr;       // device array [num_rings]; null: no proxy
+  int num_rings = 0;
+  unsigned long long* counters = nullptr;  // [kNumCounters] pinned host memory, GPU view
+};
+
 struct Common {
   Layout g;
   int rank = 0;
@@ -60,6 +72,8 @@ struct Common {
   int num_blocks = 0;      // grid size (all blocks must be co-resident)
   uint8_t* local = nullptr;          // this rank's LL buffer
   uint8_t* const* peers = nullptr;   // device array [R]: peer buffer via CUDA IPC, null if not NVLink
+  bool host_mem = false;             // `local` is pinned host memory (host-staged proxy buffer)
+  ProxyPath proxy{};
   Workspace ws{};
   ErrorRecord* err = nullptr;        // device view of the host-mapped record
   uint64_t timeout_ns = 0;
@@ -79,6 +93,7 @@ struct DispatchArgs {
   int64_t* layout_range = nullptr;    // [L, R] begin << 32 | count
   int32_t* cumulative_recv_stats = nullptr;  // [L] optional
   int64_t* wait_recv_cost_stats = nullptr;   // [R] optional (ns)
+  int32_t* handle_half = nullptr;     // out: the buffer half this dispatch used (combine stages there)
 };
 
 struct CombineArgs {
@@ -87,6 +102,7 @@ struct CombineArgs {
   const int32_t* src_info = nullptr;
   const int32_t* src_topk = nullptr;
   const int64_t* layout_range = nullptr;
+  const int32_t* handle_half = nullptr;  // dispatch half of the handle (written by its dispatch)
   const int64_t* topk_idx = nullptr;  // [N, K] home rank's routing
   const float* topk_weights = nullptr;  // [N, K]
   void* out = nullptr;                // bf16 [N, H]

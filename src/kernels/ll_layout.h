@@ -38,10 +38,22 @@
 //     slot (b, t, k) at S + D + ((b*T + t)*kMaxTopk + k) * 2H        (t: token on the home rank)
 //         one private slot per (home token, top-k entry): the expert's BF16 output lands there
 //         and the home rank sums the K slots of a token, weighted, in FP32.
+//   dispatch send staging (offset S + D + C, size P = 2 * T * kMaxTopk * M): proxy path only.
+//     slot (b, t, k) at S + D + C + ((b*T + t)*kMaxTopk + k) * M
+//         a message for a peer without direct stores is built here (header with its own top-k
+//         slot k) and a proxy WRITE copies it to the owner's dispatch slot. Combine needs no
+//         staging area of its own: the row (l, r, s) it returns is staged in the dispatch slot
+//         (b_d, l, r, s) it arrived in (already copied out by the dispatch receive phase, and not
+//         rewritten before rank r has received this combine).
+//
+// Proxy signals (peers without direct stores): the SIGNAL of a count or flag adds to a 64-bit
+// counter in pinned host memory instead; counter index = the signal's offset / 4 above, so both
+// paths share one numbering (kNumCounters in all). Fence groups (proxy tags) per (kind, half,
+// local expert): tag = (kind * 2 + b) * max_local + l, max_local = ceil(kMaxExperts / R).
 //
 // Footprint at T=128, H=7168, R=2, E=288: M = 14352, D = 1,058,144,256, C = 58,720,256,
-// S = 65,536, total 1,116,930,048 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout (route in the header,
-// one message per destination rank) is the next step (docs/ll.md).
+// P = 58,785,792, S = 65,536, total 1,175,715,840 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout
+// (route in the header, one message per destination rank) is the next step (docs/ll.md).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +69,17 @@ inline constexpr int kMaxHidden = 16384;
 inline constexpr int kHeaderBytes = 16;
 inline constexpr int kSignalAlign = 256;
 inline constexpr int64_t kMaxExperts = 4096;  // signal area and scratch counters are sized for this
+inline constexpr int64_t kNumCounters = 4 * kMaxExperts;  // proxy signal counters (= signal slots)
+
+// Proxy fence-group kinds (see the tag formula above).
+enum TagKind : int { kTagDispatch = 0, kTagCombine = 1 };
+ANYEP_HD ANYEP_INLINE constexpr int64_t max_local_experts(int64_t R) { return (kMaxExperts + R - 1) / R; }
+ANYEP_HD ANYEP_INLINE constexpr int64_t num_proxy_tags(int64_t R) { return 4 * max_local_experts(R); }
+ANYEP_HD ANYEP_INLINE constexpr uint32_t proxy_tag(int kind, int b, int64_t l, int64_t R) {
+  return static_cast<uint32_t>((kind * 2 + b) * max_local_experts(R) + l);
+}
+// Counter a proxy SIGNAL targets for the signal at byte offset `signal_off` of the signal area.
+ANYEP_HD ANYEP_INLINE constexpr uint32_t counter_of(uint64_t signal_off) { return static_cast<uint32_t>(signal_off / 4); }
 
 struct MsgHeader {
   int32_t src_token;
@@ -89,8 +112,15 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_half_bytes() const {
     return static_cast<uint64_t>(T) * kMaxTopk * combine_slot_bytes();
   }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t stage_half_bytes() const {
+    return static_cast<uint64_t>(T) * kMaxTopk * msg_bytes();
+  }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t total_bytes() const {
-    return signal_bytes() + 2 * dispatch_half_bytes() + 2 * combine_half_bytes();
+    return signal_bytes() + 2 * dispatch_half_bytes() + 2 * combine_half_bytes() + 2 * stage_half_bytes();
+  }
+  // Bytes of a dispatch message a proxy WRITE carries (header + payload [+ scales]), 16-aligned.
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t msg_used_bytes(bool bf16) const {
+    return bf16 ? msg_bytes() : align_up(fp8_scale_offset() + 4ull * static_cast<uint64_t>(H / kScaleGroup), 16);
   }
 
   // ---- offsets (see the layout comment above) ----
@@ -107,6 +137,10 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_off(int b, int64_t t, int64_t k) const {
     return signal_bytes() + 2 * dispatch_half_bytes() +
            static_cast<uint64_t>((b * T + t) * kMaxTopk + k) * combine_slot_bytes();
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t stage_slot_off(int b, int64_t t, int64_t k) const {
+    return signal_bytes() + 2 * dispatch_half_bytes() + 2 * combine_half_bytes() +
+           static_cast<uint64_t>((b * T + t) * kMaxTopk + k) * msg_bytes();
   }
 };
 

@@ -9,13 +9,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <new>
 #include <random>
 
 #include "common/error.h"
+#include "common/read_line.h"
 
 namespace anyep::proxy {
 
@@ -36,9 +36,8 @@ std::string host_identity() {
   gethostname(name, sizeof(name) - 1);
   std::string id = name;
   // Same hostname on two machines (containers) would merge them: the boot id tells them apart.
-  std::ifstream boot_id("/proc/sys/kernel/random/boot_id");
-  std::string b;
-  if (boot_id >> b) id += "/" + b;
+  const std::string b = read_first_line("/proc/sys/kernel/random/boot_id");
+  if (!b.empty()) id += "/" + b;
   return id;
 }
 

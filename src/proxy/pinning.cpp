@@ -3,19 +3,20 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 
 #include "common/env.h"
 #include "common/error.h"
+#include "common/read_line.h"
 
 namespace anyep::proxy {
 
 std::vector<int> parse_cpu_list(const std::string& s, const std::string& what) {
   std::vector<int> cpus;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  for (size_t pos = 0; pos <= s.size();) {
+    const size_t comma = std::min(s.find(',', pos), s.size());
+    const std::string item = s.substr(pos, comma - pos);
+    pos = comma + 1;
     if (item.empty()) continue;
     size_t dash = item.find('-');
     try {
@@ -39,9 +40,8 @@ std::vector<int> proxy_cpus(const std::vector<int>& config_cpus, int numa_node) 
   if (env != "auto") return parse_cpu_list(env, "ANYEP_PROXY_CPUS");
   if (!config_cpus.empty()) return config_cpus;
   if (numa_node < 0) return {};
-  std::ifstream f("/sys/devices/system/node/node" + std::to_string(numa_node) + "/cpulist");
-  std::string line;
-  if (!f || !std::getline(f, line)) return {};
+  const std::string line = read_first_line("/sys/devices/system/node/node" + std::to_string(numa_node) + "/cpulist");
+  if (line.empty()) return {};
   return parse_cpu_list(line, "NUMA node " + std::to_string(numa_node) + " cpulist");
 }
 

@@ -40,7 +40,7 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
   const uint32_t n = s.num_ranks;
   for (uint32_t k = 0; k < sym.regions().size(); ++k) {
     const Region& r = sym.regions()[k];
-    if (ep_->register_memory(r.base, r.length, transport::MemKind::kHost) != k)
+    if (ep_->register_memory(r.base, r.length, r.kind) != k)
       throw InternalError("proxy: transport assigned an unexpected id to region '" + r.name + "'");
   }
   const size_t area = static_cast<size_t>(n) * s.cfg.signal_slots;

@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "transport/transport.h"
+
 namespace anyep::proxy {
 
 struct Region {
   std::string name;  // for error messages ("rdma buffer", "ll recv", ...)
   void* base = nullptr;
   uint64_t length = 0;
+  transport::MemKind kind = transport::MemKind::kHost;  // how the transport registers it
 };
 
 struct Where {

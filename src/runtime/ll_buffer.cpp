@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "common/env.h"
 #include "common/cuda_check.h"
@@ -34,8 +33,8 @@ int64_t LowLatencyBuffer::size_hint(int64_t T, int64_t H, int64_t R, int64_t E) 
   return static_cast<int64_t>(g.total_bytes());
 }
 
-LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device)
-    : rank_(rank), num_ranks_(num_ranks), num_bytes_(num_bytes) {
+LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device, const std::string& path)
+    : rank_(rank), num_ranks_(num_ranks), num_bytes_(num_bytes), path_(parse_ll_path(path)) {
   if (num_ranks <= 0 || rank < 0 || rank >= num_ranks)
     throw InvalidArgument("anyep LL: rank " + std::to_string(rank) + " out of range for " +
                           std::to_string(num_ranks) + " ranks");
@@ -49,8 +48,21 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   int sms = 0;
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "SM count");
   num_blocks_ = sms;  // one 1024-thread block per SM: all co-resident (the kernels wait on each other)
-  cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)), "cudaMalloc LL buffer");
-  cuda_check(cudaMemset(local_, 0, static_cast<size_t>(num_bytes)), "zero LL buffer");
+  if (path_ != LLPath::kAuto && num_ranks > 1) {
+    // Every peer goes through the proxy: make its endpoints now to learn where the buffer may live.
+    endpoints_ = LLProxyLink::make_endpoints(path_, rank, num_ranks, device_, proxy::Proxy::default_threads());
+    host_mem_ = !endpoints_[0]->capabilities().gpu_memory;
+  }
+  if (host_mem_) {
+    // Host-staged: pinned host memory the NIC can reach, mapped into the GPU for the kernels.
+    cuda_check(cudaHostAlloc(&host_alloc_, static_cast<size_t>(num_bytes), cudaHostAllocMapped | cudaHostAllocPortable),
+               "cudaHostAlloc host-staged LL buffer");
+    std::memset(host_alloc_, 0, static_cast<size_t>(num_bytes));
+    cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&local_), host_alloc_, 0), "map host-staged LL buffer");
+  } else {
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)), "cudaMalloc LL buffer");
+    cuda_check(cudaMemset(local_, 0, static_cast<size_t>(num_bytes)), "zero LL buffer");
+  }
   ws_ints_ = ll::Workspace::ints(ll::kMaxExperts);
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&ws_), static_cast<size_t>(ws_ints_) * 4), "cudaMalloc LL workspace");
   cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "zero LL workspace");
@@ -79,11 +91,18 @@ void LowLatencyBuffer::destroy() {
   destroyed_ = true;
   cudaSetDevice(device_);
   cudaDeviceSynchronize();
+  proxy_.reset();  // stops the proxy threads before the memory they read goes away
+  endpoints_.clear();
   for (int r = 0; r < num_ranks_; ++r)
     if (opened_[r]) cudaIpcCloseMemHandle(host_peers_[r]);
   if (dev_peers_) cudaFree(dev_peers_);
   if (ws_) cudaFree(ws_);
-  if (local_) cudaFree(local_);
+  if (host_alloc_) {
+    cudaFreeHost(host_alloc_);
+  } else if (local_) {
+    cudaFree(local_);
+  }
+  host_alloc_ = nullptr;
   if (err_host_) cudaFreeHost(err_host_);
   dev_peers_ = nullptr;
   ws_ = nullptr;
@@ -100,14 +119,14 @@ std::vector<uint8_t> LowLatencyBuffer::local_info() const {
   info.rank = rank_;
   gethostname(info.host, sizeof(info.host) - 1);
   cuda_check(cudaDeviceGetPCIBusId(info.pci, sizeof(info.pci), device_), "cudaDeviceGetPCIBusId");
-  cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");
+  if (!host_mem_) cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");  // host-staged: proxy only
   info.num_bytes = num_bytes_;
   std::vector<uint8_t> out(sizeof(info));
   std::memcpy(out.data(), &info, sizeof(info));
   return out;
 }
 
-void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos) {
+void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos, transport::Bootstrap* boot) {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   if (static_cast<int>(infos.size()) != num_ranks_)
     throw InvalidArgument("anyep LL connect: got " + std::to_string(infos.size()) + " records for " +
@@ -128,6 +147,7 @@ void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos) {
       host_peers_[r] = local_;
       continue;
     }
+    if (path_ != LLPath::kAuto) continue;  // each process its own node: every peer through the proxy
     if (std::strncmp(info.host, my_host, sizeof(my_host)) != 0) continue;  // other node: proxy path
     int peer_dev = -1;
     if (cudaDeviceGetByPCIBusId(&peer_dev, info.pci) != cudaSuccess) {
@@ -145,7 +165,43 @@ void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos) {
   }
   cuda_check(cudaMemcpy(dev_peers_, host_peers_.data(), sizeof(uint8_t*) * num_ranks_, cudaMemcpyHostToDevice),
              "upload peer table");
+  if (boot) connect_proxy(*boot);
   connected_ = true;
+}
+
+void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
+  if (boot.size() != static_cast<uint32_t>(num_ranks_) || boot.rank() != static_cast<uint32_t>(rank_))
+    throw InvalidArgument("anyep LL connect: bootstrap is rank " + std::to_string(boot.rank()) + " of " +
+                          std::to_string(boot.size()) + ", the buffer rank " + std::to_string(rank_) + " of " +
+                          std::to_string(num_ranks_));
+  bool need = false;
+  for (int r = 0; r < num_ranks_; ++r) need = need || host_peers_[r] == nullptr;
+  // Collective decision: the proxy's construction is a collective, so either every rank builds
+  // one or none does.
+  bool any = false;
+  for (const auto& v : boot.allgather({static_cast<uint8_t>(need)})) any = any || (!v.empty() && v[0]);
+  if (!any) return;
+  if (endpoints_.empty()) endpoints_ = LLProxyLink::make_endpoints(path_, rank_, num_ranks_, device_, proxy::Proxy::default_threads());
+  if (!host_mem_ && !endpoints_[0]->capabilities().gpu_memory)
+    throw Unsupported("anyep LL: transport " + endpoints_[0]->capabilities().backend + "/" +
+                      endpoints_[0]->capabilities().provider +
+                      " cannot register GPU memory; set ANYEP_LL_PATH=proxy-libfabric to stage the buffer in pinned host memory");
+  proxy_ = std::make_unique<LLProxyLink>(num_ranks_, device_, std::move(endpoints_), host_mem_ ? host_alloc_ : local_,
+                                         static_cast<uint64_t>(num_bytes_),
+                                         host_mem_ ? transport::MemKind::kHost : transport::MemKind::kCuda,
+                                         path_ != LLPath::kAuto, boot);
+  endpoints_.clear();
+}
+
+std::string LowLatencyBuffer::describe_paths() const {
+  std::string direct, proxied;
+  for (int r = 0; r < num_ranks_; ++r) (host_peers_[r] ? direct : proxied) += (std::to_string(r) + ",");
+  std::string out = "path " + std::string(ll_path_name(path_)) + (host_mem_ ? " (host-staged buffer)" : "");
+  if (!direct.empty()) out += "; direct stores to ranks " + direct.substr(0, direct.size() - 1);
+  if (!proxied.empty())
+    out += "; " + (proxy_ ? "proxy (" + proxy_->describe() + ")" : std::string("no path")) + " to ranks " +
+           proxied.substr(0, proxied.size() - 1);
+  return out;
 }
 
 ll::Layout LowLatencyBuffer::layout_for(const LLShape& s) const {
@@ -171,9 +227,11 @@ ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int nu
   if (num_topk <= 0 || num_topk > ll::kMaxTopk)
     throw InvalidArgument("anyep LL: num_topk " + std::to_string(num_topk) + " not in [1, " + std::to_string(ll::kMaxTopk) + "]");
   for (int r = 0; r < num_ranks_; ++r)
-    if (!host_peers_[r])
+    if (!host_peers_[r] && !proxy_)
       throw Unsupported("anyep LL: rank " + std::to_string(r) + " is not reachable over NVLink/CUDA IPC from rank " +
-                        std::to_string(rank_) + " and the LL proxy path is not built yet");
+                        std::to_string(rank_) + " and this buffer has no proxy (connect() was given no bootstrap)");
+  c.host_mem = host_mem_;
+  if (proxy_) c.proxy = proxy_->path();
   c.rank = rank_;
   c.num_topk = num_topk;
   c.num_tokens = num_tokens;
@@ -226,42 +284,50 @@ void LowLatencyBuffer::clean() {
   cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), "clear LL signals");
   cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "clear LL workspace");
   cuda_check(cudaDeviceSynchronize(), "synchronize after clean");
+  if (proxy_) proxy_->clear_counters();
   std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
   dispatch_half_ = combine_half_ = 0;
 }
 
 void LowLatencyBuffer::check_error() const {
+  if (proxy_) proxy_->check();  // a rejected command or a proxy timeout names more than the kernel can
   if (!err_host_) return;
   const uint32_t code = __atomic_load_n(&err_host_->code, __ATOMIC_ACQUIRE);
   if (code == ll::kErrNone) return;
   const ll::ErrorRecord& e = *err_host_;
-  std::ostringstream m;
-  m << "anyep LL: rank " << e.rank << ": ";
+  using std::to_string;
+  // Plain string concatenation: no iostreams in library code (docs/ll.md, "toolchain note").
+  std::string m = "anyep LL: rank " + to_string(e.rank) + ": ";
   switch (code) {
     case ll::kErrDispatchRecvTimeout:
-      m << "dispatch timed out waiting for the token count of expert " << e.expert << " from rank " << e.peer;
+      m += "dispatch timed out waiting for the token count of expert " + to_string(e.expert) + " from rank " + to_string(e.peer);
       break;
     case ll::kErrCombineRecvTimeout:
-      m << "combine timed out waiting for expert " << e.expert << " (owned by rank " << e.peer << ")";
-      if (e.value >= 0) m << " needed by token " << e.value;
+      m += "combine timed out waiting for expert " + to_string(e.expert) + " (owned by rank " + to_string(e.peer) + ")";
+      if (e.value >= 0) m += " needed by token " + to_string(e.value);
       break;
     case ll::kErrSendTimeout:
-      m << "dispatch send timed out: this GPU's blocks did not finish the " << e.value << " tokens for expert " << e.expert;
+      m += "dispatch send timed out: this GPU's blocks did not finish the " + to_string(e.value) + " tokens for expert " +
+           to_string(e.expert);
       break;
     case ll::kErrNoPeer:
-      m << "rank " << e.peer << " (expert " << e.expert << ") has no direct path and the proxy path is not built";
+      m += "rank " + to_string(e.peer) + " (expert " + to_string(e.expert) + ") has no direct path and this buffer has no proxy";
+      break;
+    case ll::kErrRingTimeout:
+      m += "proxy ring " + to_string(e.value) + " stayed full while sending expert " + to_string(e.expert) + " to rank " +
+           to_string(e.peer) + " (proxy stalled or stopped)";
       break;
     case ll::kErrSlotOverflow:
-      throw InvalidArgument(m.str() + "more than num_max_dispatch_tokens_per_rank messages for expert " +
-                            std::to_string(e.expert) + " (duplicate experts in a token's topk_idx?)");
+      throw InvalidArgument(m + "more than num_max_dispatch_tokens_per_rank messages for expert " + to_string(e.expert) +
+                            " (duplicate experts in a token's topk_idx?)");
     case ll::kErrBadExpert:
-      throw InvalidArgument(m.str() + "topk_idx holds expert " + std::to_string(e.expert) + " (token " +
-                            std::to_string(e.value) + "), outside [-1, num_experts)");
+      throw InvalidArgument(m + "topk_idx holds expert " + to_string(e.expert) + " (token " + to_string(e.value) +
+                            "), outside [-1, num_experts)");
     default:
-      m << "unknown device error code " << code;
+      m += "unknown device error code " + to_string(code);
   }
-  m << " (timeout ANYEP_TIMEOUT_S; call clean_low_latency_buffer or rebuild the Buffer)";
-  throw TimeoutError(m.str());
+  m += " (timeout ANYEP_TIMEOUT_S; call clean_low_latency_buffer or rebuild the Buffer)";
+  throw TimeoutError(m);
 }
 
 }  // namespace anyep

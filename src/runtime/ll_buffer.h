@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "kernels/ll_kernels.h"
+#include "runtime/ll_proxy_link.h"
+#include "transport/bootstrap/bootstrap.h"
 
 namespace anyep {
 
@@ -27,8 +29,10 @@ class LowLatencyBuffer {
   // Allocates `num_bytes` of device memory on `device` (-1: the current device), zeroed, for rank
   // `rank` of `num_ranks`. Every later call selects that device itself, so callers whose CUDA
   // runtime state differs (e.g. torch's current device) cannot send work to the wrong GPU.
+  // `path` (LLPath name; "" reads ANYEP_LL_PATH) says how peers are reached; a proxy path whose
+  // transport cannot register GPU memory gets the buffer in pinned host memory mapped into the GPU.
   // Throws InvalidArgument / CudaError naming what failed.
-  LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device = -1);
+  LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device = -1, const std::string& path = "");
   ~LowLatencyBuffer();
   LowLatencyBuffer(const LowLatencyBuffer&) = delete;
   LowLatencyBuffer& operator=(const LowLatencyBuffer&) = delete;
@@ -39,11 +43,17 @@ class LowLatencyBuffer {
   // This rank's connection record (rank, host, device PCI id, IPC handle), to allgather.
   std::vector<uint8_t> local_info() const;
   // Opens every peer's buffer through CUDA IPC when it lives on this host and its GPU is reachable
-  // (same device, or peer access over NVLink/PCIe); other peers stay null (proxy path).
-  void connect(const std::vector<std::vector<uint8_t>>& infos);
+  // (same device, or peer access over NVLink/PCIe), unless the path sends every peer through the
+  // proxy; the other peers go through the proxy, which is built here, collectively over `boot`,
+  // when any rank needs it (every rank must pass a bootstrap then; null: direct peers only).
+  void connect(const std::vector<std::vector<uint8_t>>& infos, transport::Bootstrap* boot = nullptr);
   bool connected() const { return connected_; }
   // True if rank r is reached by direct stores.
   bool peer_direct(int r) const { return r >= 0 && r < num_ranks_ && host_peers_[r] != nullptr; }
+  LLPath path() const { return path_; }
+  bool host_staged() const { return host_mem_; }
+  // "direct (CUDA IPC) to ranks 0,1; proxy (cuda-ipc/cuda-ipc, 4 threads, 16 rings) to ranks 2,3".
+  std::string describe_paths() const;
 
   // Checks the shape against the buffer and the limits; throws InvalidArgument naming the problem.
   ll::Layout layout_for(const LLShape& s) const;
@@ -73,8 +83,14 @@ class LowLatencyBuffer {
 
  private:
   ll::Common common_for(const LLShape& s, int num_tokens, int num_topk, int buf);
+  void connect_proxy(transport::Bootstrap& boot);
   int rank_, num_ranks_, device_ = 0, num_blocks_ = 0;
   int64_t num_bytes_;
+  LLPath path_ = LLPath::kAuto;
+  bool host_mem_ = false;          // local_ is pinned host memory (host-staged proxy buffer)
+  void* host_alloc_ = nullptr;     // its host address (host_mem_ only)
+  std::vector<std::unique_ptr<transport::Transport>> endpoints_;  // made early to learn gpu_memory
+  std::unique_ptr<LLProxyLink> proxy_;
   uint8_t* local_ = nullptr;
   int32_t* ws_ = nullptr;        // scratch counters (device)
   int64_t ws_ints_ = 0;

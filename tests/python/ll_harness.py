@@ -394,7 +394,8 @@ def settle(buf, progress):
     dist.barrier()
 
 
-def worker(rank, world, ngpus, port, queue):
+def worker(rank, world, ngpus, port, queue, env=None):
+    os.environ.update(env or {})  # before anyep reads it (path, provider)
     results = {}
     progress = Progress(rank, world)
     faulthandler.enable(file=progress.f or sys.stderr)
@@ -411,7 +412,11 @@ def worker(rank, world, ngpus, port, queue):
         size = max(anyep.Buffer.get_low_latency_rdma_size_hint(128, 7168, world, 288),
                    anyep.Buffer.get_low_latency_rdma_size_hint(T_SMALL, H_SMALL, world, e_small(world)))
         buf = deep_ep.Buffer(dist.group.WORLD, 0, size, low_latency_mode=True, num_qps_per_rank=1)
-        progress(f"buffer of {size} bytes connected on GPU {rank % ngpus}")
+        paths = buf.describe_paths()
+        progress(f"buffer of {size} bytes connected on GPU {rank % ngpus}: {paths}")
+        # The world really takes the path it names (a proxy world must not fall back to NVLink).
+        want_proxy = (env or {}).get("ANYEP_LL_PATH", "auto") != "auto" and world > 1
+        assert ("proxy (" in paths) == want_proxy and ("direct stores to ranks" in paths), paths
         ctx = Ctx(rank, world, buf, anyep)
         for check in CHECKS:
             t0 = time.time()

@@ -35,7 +35,16 @@ import ll_harness  # noqa: E402
 
 # ANYEP_TEST_LL_CHECKS (comma list) narrows the run to some checks; the others are not collected.
 CHECK_NAMES = [c.__name__ for c in ll_harness.CHECKS] + (["c_timeout"] if ll_harness.timeout_selected() else [])
-WORLDS = {"1proc_1gpu": (1, 1), "2proc_2gpu": (2, 2), "4proc_2gpu": (4, 2)}
+# name: (processes, GPUs, environment of every rank). The proxy worlds treat each process as its own
+# node, so every peer goes through the CPU proxy: over the cuda-ipc transport (GPU memory, copy
+# engines) or libfabric shm (host-staged buffer: this libfabric cannot register GPU memory).
+WORLDS = {
+    "1proc_1gpu": (1, 1, {}),
+    "2proc_2gpu": (2, 2, {"ANYEP_LL_PATH": "auto"}),
+    "2proc_2gpu_proxy_cudaipc": (2, 2, {"ANYEP_LL_PATH": "proxy-cuda-ipc"}),
+    "2proc_2gpu_proxy_shm": (2, 2, {"ANYEP_LL_PATH": "proxy-libfabric", "ANYEP_FI_PROVIDER": "shm"}),
+    "4proc_2gpu": (4, 2, {"ANYEP_LL_PATH": "auto"}),
+}
 
 
 def _free_port():
@@ -51,11 +60,11 @@ def run_world(name):
     if name in _cache:
         return _cache[name]
     import torch.multiprocessing as mp
-    world, ngpus = WORLDS[name]
+    world, ngpus, env = WORLDS[name]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=ll_harness.worker, args=(r, world, ngpus, port, queue)) for r in range(world)]
+    procs = [ctx.Process(target=ll_harness.worker, args=(r, world, ngpus, port, queue, env)) for r in range(world)]
     for p in procs:
         p.start()
     results = {}
@@ -88,7 +97,7 @@ def run_world(name):
 @pytest.mark.parametrize("world", list(WORLDS))
 @pytest.mark.parametrize("check", CHECK_NAMES)
 def test_ll(world, check):
-    nranks, ngpus = WORLDS[world]
+    nranks, ngpus, _ = WORLDS[world]
     if torch.cuda.device_count() < ngpus:
         pytest.skip(f"{world} needs {ngpus} GPUs, found {torch.cuda.device_count()}")
     if check == "c_timeout" and nranks == 1:

@@ -2,7 +2,11 @@
 
 #include <cuda.h>  // driver types only (CUdeviceptr, CUresult); entry points come through cudart
 #include <cuda_runtime_api.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <chrono>
@@ -158,11 +162,10 @@ class CudaIpcTransport final : public Transport {
   uint32_t num_ranks() const override { return opt_.num_ranks; }
 
   MrId register_memory(void* base, size_t length, MemKind kind) override {
-    if (kind != MemKind::kCuda)
-      throw Unsupported(where() + ": only GPU memory (MemKind::kCuda) can be registered; host memory has no CUDA IPC handle");
     if (!base || !length)
       throw InvalidArgument(where() + ": register_memory needs a non-null base and length > 0 (got length " +
                             std::to_string(length) + ")");
+    if (kind == MemKind::kHost) return register_host(base, length);
     CIPC_CUDA_THROW(cudaSetDevice(opt_.device), where());
     cudaPointerAttributes attr{};
     cudaError_t e = cudaPointerGetAttributes(&attr, base);
@@ -203,6 +206,25 @@ class CudaIpcTransport final : public Transport {
     }
     std::memcpy(wire.ipc_handle, &h, sizeof h);
     exported_.push_back(wire);
+    local_host_.push_back(false);
+    return regions_.add_local(reinterpret_cast<uint64_t>(base), length);
+  }
+
+  // Host memory: no CUDA IPC handle; peers of other processes write it with process_vm_writev.
+  MrId register_host(void* base, size_t length) {
+    // Under Yama ptrace_scope 1 only a declared tracer may attach: allow any process of this user
+    // (ignored where Yama is absent; process_vm_writev still requires the same user).
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    WireRegion wire{};
+    wire.magic = kRegionMagic;
+    wire.version = kWireVersion;
+    wire.device = kHostRegionDevice;
+    wire.process_token = process_token();
+    wire.alloc_base = reinterpret_cast<uint64_t>(base);
+    wire.offset = 0;
+    wire.length = length;
+    exported_.push_back(wire);
+    local_host_.push_back(true);
     return regions_.add_local(reinterpret_cast<uint64_t>(base), length);
   }
 
@@ -287,7 +309,14 @@ class CudaIpcTransport final : public Transport {
     CIPC_CUDA_THROW(cudaSetDevice(opt_.device), where());
     uint8_t* ptr = nullptr;       // region start, valid in this process
     void* mapping = nullptr;      // what to cudaIpcCloseMemHandle (null: same process)
-    if (w.process_token == process_token()) {
+    auto& cma = remote_cma_[peer];
+    if (cma.size() <= remote_id) cma.resize(size_t{remote_id} + 1, false);
+    cma[remote_id] = false;
+    if (w.device == kHostRegionDevice) {
+      // Host memory: the exporter's address; in another process it is reached through its pid.
+      ptr = reinterpret_cast<uint8_t*>(w.alloc_base + w.offset);
+      cma[remote_id] = w.process_token != process_token();
+    } else if (w.process_token == process_token()) {
       // Same address space: the exporter's pointer is ours too (UVA); peer access if on another GPU.
       if (w.device != opt_.device) enable_peer_access(w.device);
       ptr = reinterpret_cast<uint8_t*>(w.alloc_base + w.offset);
@@ -335,6 +364,13 @@ class CudaIpcTransport final : public Transport {
       }
       Op op{d.context, d.dst_rank, d.imm, d.has_imm};
       if (d.length == 0) {  // nothing to copy: the data is trivially in place
+        ++outstanding_;
+        finish_copy(op);
+        continue;
+      }
+      if (d.remote_mr < remote_cma_[d.dst_rank].size() && remote_cma_[d.dst_rank][d.remote_mr]) {
+        // Host memory of another process: a synchronous cross-memory write, then the immediate.
+        if ((rc = write_cma(d))) break;
         ++outstanding_;
         finish_copy(op);
         continue;
@@ -408,6 +444,20 @@ class CudaIpcTransport final : public Transport {
       cudaError_t e = cudaDeviceEnablePeerAccess(peer_device, 0);
       if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
     }  // without peer access cudaMemcpyAsync still works (staged by the driver), only slower
+  }
+
+  int write_cma(const WriteDesc& d) {
+    if (!local_host_[d.local_mr])
+      return fail(-EINVAL, "post_write to rank " + std::to_string(d.dst_rank) +
+                               ": a write into another process's host memory must come from host memory");
+    iovec local{reinterpret_cast<void*>(regions_.local(d.local_mr)->base + d.local_offset), d.length};
+    iovec remote{reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset), d.length};
+    const ssize_t n = process_vm_writev(static_cast<pid_t>(peers_[d.dst_rank].pid), &local, 1, &remote, 1, 0);
+    if (n == static_cast<ssize_t>(d.length)) return 0;
+    const int err = n < 0 ? errno : EIO;
+    return fail(-EIO, "post_write to rank " + std::to_string(d.dst_rank) + " (pid " + std::to_string(peers_[d.dst_rank].pid) +
+                          "): process_vm_writev wrote " + std::to_string(n) + " of " + std::to_string(d.length) + " bytes: " +
+                          std::strerror(err) + (err == EPERM ? " (cross-memory attach needs the same user and ptrace permission)" : ""));
   }
 
   int check_peer(uint32_t peer) {
@@ -514,6 +564,8 @@ class CudaIpcTransport final : public Transport {
   std::vector<cudaEvent_t> free_events_;
   RegionTable regions_{opt_.num_ranks};             // bounds of local and imported regions
   std::vector<WireRegion> exported_;                // [local MrId]: what export_mr hands out
+  std::vector<bool> local_host_;                    // [local MrId]: host memory
+  std::vector<std::vector<bool>> remote_cma_{opt_.num_ranks};  // [peer][remote MrId]: host memory of another process
   std::vector<std::vector<void*>> ipc_mappings_;    // [peer][remote MrId]: to close at teardown
   std::vector<WireAddress> peers_;
   ImmInbox inbox_;

@@ -4,7 +4,9 @@
 // CUDA event, checked with cudaEventQuery in poll(); the immediate goes to the peer through a
 // shared-memory ring only after that event has fired, so the peer sees data before immediate.
 // Like EFA: no ordering between writes (several streams), no atomics, 32-bit immediates.
-// Only GPU memory can be registered (host memory: anyep::Unsupported).
+// Host memory can be registered too (the proxy's signal records live there): peers in other
+// processes write it with process_vm_writev (cross-memory attach: same user; the endpoint allows
+// it under Yama with PR_SET_PTRACER), from host memory only, synchronously.
 #pragma once
 
 #include <cstdint>

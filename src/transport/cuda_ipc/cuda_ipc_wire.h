@@ -31,11 +31,16 @@ struct WireAddress {
 };
 static_assert(sizeof(WireAddress) == 96, "WireAddress is a wire format");
 
-// export_mr(): a registered GPU region, openable by cudaIpcOpenMemHandle in another process.
+// Device field of a host-memory region (written by peers with process_vm_writev, see below).
+inline constexpr uint16_t kHostRegionDevice = 0xffff;
+
+// export_mr(): a registered GPU region, openable by cudaIpcOpenMemHandle in another process; or a
+// host region (device == kHostRegionDevice: alloc_base is the exporter's address, ipc_handle
+// unused), which peers write with cross-memory attach into the exporter's pid.
 struct WireRegion {
   uint32_t magic;          // kRegionMagic
   uint16_t version;        // kWireVersion
-  uint16_t device;         // device that owns the memory
+  uint16_t device;         // device that owns the memory, or kHostRegionDevice
   uint64_t process_token;  // exporter's process token (same process: use alloc_base directly)
   uint64_t alloc_base;     // exporter's virtual address of the whole cudaMalloc allocation
   uint64_t offset;         // region start - alloc_base

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "kernels/ll_layout.h"
 
@@ -15,7 +16,10 @@ TEST(LLLayout, DeepEPShapeFootprint) {
   EXPECT_EQ(g.signal_bytes(), 65536u);  // fixed: 2 halves x 2 kinds x kMaxExperts x 4 B
   EXPECT_EQ(g.dispatch_half_bytes(), 288ull * 128ull * 14352ull);
   EXPECT_EQ(g.combine_half_bytes(), 128ull * kMaxTopk * 2ull * 7168ull);
-  EXPECT_EQ(g.total_bytes(), 1116930048ull);  // docs/ll.md; DeepEP needs 2.15 GB here
+  EXPECT_EQ(g.stage_half_bytes(), 128ull * kMaxTopk * 14352ull);
+  EXPECT_EQ(g.total_bytes(), 1175715840ull);  // docs/ll.md; DeepEP needs 2.15 GB here
+  EXPECT_EQ(g.msg_used_bytes(true), g.msg_bytes());
+  EXPECT_EQ(g.msg_used_bytes(false), 16u + 7168u + 4u * 56u);  // header, e4m3 payload, float scales
   EXPECT_LT(g.total_bytes(), 2150000000ull);
 }
 
@@ -32,7 +36,10 @@ TEST(LLLayout, RegionsAreDisjointAndInside) {
               g.R > 1 ? g.T * g.msg_bytes() : 0u);
     EXPECT_EQ(g.dispatch_slot_off(1, 0, 0, 0), g.signal_bytes() + g.dispatch_half_bytes());
     EXPECT_EQ(g.dispatch_slot_off(1, L - 1, g.R - 1, g.T - 1) + g.msg_bytes(), g.combine_slot_off(0, 0, 0));
-    EXPECT_EQ(g.combine_slot_off(1, g.T - 1, kMaxTopk - 1) + g.combine_slot_bytes(), g.total_bytes());
+    EXPECT_EQ(g.combine_slot_off(1, g.T - 1, kMaxTopk - 1) + g.combine_slot_bytes(), g.stage_slot_off(0, 0, 0));
+    EXPECT_EQ(g.stage_slot_off(1, g.T - 1, kMaxTopk - 1) + g.msg_bytes(), g.total_bytes());
+    EXPECT_EQ(g.stage_slot_off(0, 0, 0) % 16, 0u);
+    EXPECT_LE(g.msg_used_bytes(false), g.msg_bytes());
     // Every message and slot is 16-byte aligned (16-byte vector stores).
     EXPECT_EQ(g.msg_bytes() % 16, 0u);
     EXPECT_EQ(g.signal_bytes() % 16, 0u);
@@ -60,6 +67,26 @@ TEST(LLLayout, SignalsDoNotMoveWithTheShape) {
   const Layout big{8, 128, 2, kMaxExperts};
   EXPECT_LE(big.combine_flag_off(1, big.E - 1) + 4, big.signal_bytes());
   EXPECT_LE(big.dispatch_count_off(1, big.L() - 1, big.R - 1) + 4, big.combine_flag_off(0, 0));
+}
+
+// Proxy fence groups: one tag per (kind, half, local expert), all distinct and inside the range the
+// proxy is configured with; proxy counters reuse the signal numbering and stay inside kNumCounters.
+TEST(LLLayout, ProxyTagsAndCountersAreDistinctAndInRange) {
+  for (const int64_t R : {2, 3, 8, 64}) {
+    const Layout g{8, 128, R, (kMaxExperts / R) * R};
+    std::vector<bool> seen(static_cast<size_t>(num_proxy_tags(R)), false);
+    for (int kind : {kTagDispatch, kTagCombine})
+      for (int b = 0; b < 2; ++b)
+        for (int64_t l = 0; l < g.L(); ++l) {
+          const uint32_t t = proxy_tag(kind, b, l, R);
+          ASSERT_LT(t, seen.size()) << "R " << R << " kind " << kind << " b " << b << " l " << l;
+          EXPECT_FALSE(seen[t]) << "tag " << t << " used twice";
+          seen[t] = true;
+        }
+    EXPECT_LE(num_proxy_tags(R), 16384) << "the proxy's immediate carries 14-bit tags";
+    EXPECT_LT(counter_of(g.combine_flag_off(1, g.E - 1)), static_cast<uint32_t>(kNumCounters));
+    EXPECT_NE(counter_of(g.dispatch_count_off(1, g.L() - 1, R - 1)), counter_of(g.combine_flag_off(0, 0)));
+  }
 }
 
 }  // namespace

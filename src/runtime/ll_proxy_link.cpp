@@ -1,0 +1,134 @@
+#include "runtime/ll_proxy_link.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "common/cuda_check.h"
+#include "common/env.h"
+#include "common/error.h"
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
+#if defined(ANYEP_HAVE_LIBFABRIC)
+#include "transport/libfabric/libfabric_transport.h"
+#endif
+
+namespace anyep {
+namespace {
+
+void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL proxy", what); }
+
+constexpr uint32_t kRingsPerThread = 4;   // fence groups spread over rings; one group, one ring
+constexpr uint32_t kRingCapacity = 4096;  // commands per ring (a DeepEP-shaped call pushes ~1.3 k)
+
+}  // namespace
+
+LLPath parse_ll_path(const std::string& name) {
+  const std::string v = name.empty() ? env::get_string("ANYEP_LL_PATH") : name;
+  if (v == "auto") return LLPath::kAuto;
+  if (v == "proxy-cuda-ipc") return LLPath::kProxyCudaIpc;
+  if (v == "proxy-libfabric") return LLPath::kProxyLibfabric;
+  throw InvalidArgument("anyep LL: path '" + v + "' (ANYEP_LL_PATH) is not one of auto, proxy-cuda-ipc, proxy-libfabric");
+}
+
+const char* ll_path_name(LLPath p) {
+  switch (p) {
+    case LLPath::kAuto: return "auto";
+    case LLPath::kProxyCudaIpc: return "proxy-cuda-ipc";
+    case LLPath::kProxyLibfabric: return "proxy-libfabric";
+  }
+  return "?";
+}
+
+std::vector<std::unique_ptr<transport::Transport>> LLProxyLink::make_endpoints(LLPath path, int rank, int num_ranks,
+                                                                               int device, uint32_t threads) {
+  std::vector<std::unique_ptr<transport::Transport>> eps;
+  for (uint32_t t = 0; t < threads; ++t) {
+    if (path == LLPath::kProxyCudaIpc) {
+      transport::cuda_ipc::Options o;
+      o.rank = static_cast<uint32_t>(rank);
+      o.num_ranks = static_cast<uint32_t>(num_ranks);
+      o.device = device;
+      eps.push_back(transport::cuda_ipc::make_endpoint(o));
+    } else {
+#if defined(ANYEP_HAVE_LIBFABRIC)
+      eps.push_back(transport::libfabric::make_libfabric_transport(static_cast<uint32_t>(rank), static_cast<uint32_t>(num_ranks)));
+#else
+      throw Unsupported(std::string("anyep LL: path ") + ll_path_name(path) +
+                        " needs the libfabric transport, and this build has no libfabric (install libfabric-dev and rebuild)");
+#endif
+    }
+  }
+  return eps;
+}
+
+LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<transport::Transport>> endpoints,
+                         void* buffer, uint64_t bytes, transport::MemKind kind, bool one_rank_per_node,
+                         transport::Bootstrap& boot) {
+  if (endpoints.empty()) throw InvalidArgument("anyep LL proxy: no transport endpoints");
+  // Command offsets are 32-bit in 16-byte units: the whole buffer must be within reach.
+  if (bytes > cmd::kMaxOffset)
+    throw InvalidArgument("anyep LL proxy: buffer of " + std::to_string(bytes) + " bytes exceeds the 64 GiB a command can address");
+  const auto& caps = endpoints[0]->capabilities();
+  transport_name_ = caps.backend + "/" + caps.provider;
+  const uint32_t threads = static_cast<uint32_t>(endpoints.size());
+  const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
+
+  ChannelConfig cc;
+  cc.num_rings = threads * kRingsPerThread;
+  cc.capacity = kRingCapacity;
+  cc.producer = ProducerKind::kGpu;
+  cc.cuda_device = device;
+  cc.timeout_ns = static_cast<uint64_t>(timeout_s * 1e9);
+  channel_ = std::make_unique<Channel>(cc);
+
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&counters_host_), sizeof(unsigned long long) * ll::kNumCounters,
+                           cudaHostAllocMapped | cudaHostAllocPortable),
+             "cudaHostAlloc signal counters");
+  std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters);
+  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&counters_dev_), counters_host_, 0), "map signal counters");
+
+  proxy::ProxyConfig pc;
+  pc.num_tags = static_cast<uint32_t>(ll::num_proxy_tags(num_ranks));
+  pc.counters = reinterpret_cast<uint64_t*>(counters_host_);
+  pc.num_counters = static_cast<uint32_t>(ll::kNumCounters);
+  pc.ranks_per_node = one_rank_per_node ? 1u : 0u;
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "kernel and proxy counters share one layout");
+  try {
+    proxy_ = std::make_unique<proxy::Proxy>(pc, *channel_, std::move(endpoints),
+                                            std::vector<proxy::Region>{{"LL buffer", buffer, bytes, kind}}, boot);
+    proxy_->start();
+  } catch (...) {
+    cudaFreeHost(counters_host_);
+    counters_host_ = nullptr;
+    throw;
+  }
+}
+
+LLProxyLink::~LLProxyLink() {
+  if (proxy_) proxy_->stop();
+  proxy_.reset();
+  channel_.reset();
+  if (counters_host_) cudaFreeHost(counters_host_);
+}
+
+ll::ProxyPath LLProxyLink::path() const {
+  ll::ProxyPath p;
+  p.rings = channel_->producer_array();
+  p.num_rings = static_cast<int>(channel_->num_rings());
+  p.counters = counters_dev_;
+  return p;
+}
+
+void LLProxyLink::check() const { proxy_->check(); }
+
+void LLProxyLink::clear_counters() {
+  std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters);
+}
+
+std::string LLProxyLink::describe() const {
+  return transport_name_ + ", " + std::to_string(proxy_->num_threads()) + " proxy threads, " +
+         std::to_string(channel_->num_rings()) + " rings" + (proxy_->bypass() ? ", ordering engine bypassed" : "");
+}
+
+}  // namespace anyep

@@ -1,0 +1,66 @@
+// anyep/src/runtime/ll_proxy_link.h — the LL buffer's channel -> proxy -> transport path, for the
+// peers its kernels cannot store to directly (another node, or every peer when each process is
+// treated as its own node). Owns the transport endpoints, the command rings, the host-mapped
+// signal counters and the proxy; hands the kernels an ll::ProxyPath.
+//
+// The LL layer picks the transport by path (ANYEP_LL_PATH, docs/ll.md); above this file nothing
+// names a transport, below it nothing knows what a token is.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "channel/channel.h"
+#include "kernels/ll_kernels.h"
+#include "proxy/proxy.h"
+#include "transport/bootstrap/bootstrap.h"
+#include "transport/transport.h"
+
+namespace anyep {
+
+// How the LL buffer reaches its peers.
+enum class LLPath : uint8_t {
+  kAuto,            // direct stores (CUDA IPC) where reachable; the proxy over libfabric for the rest
+  kProxyCudaIpc,    // every peer through the proxy over the cuda-ipc transport (each process a node)
+  kProxyLibfabric,  // every peer through the proxy over libfabric (each process a node); the buffer
+                    // lives in pinned host memory when the provider cannot register GPU memory
+};
+
+// "" reads ANYEP_LL_PATH. Throws InvalidArgument naming the accepted values.
+LLPath parse_ll_path(const std::string& name);
+const char* ll_path_name(LLPath p);
+
+class LLProxyLink {
+ public:
+  // Endpoints for `path` (kAuto: libfabric with the default provider choice), one per proxy thread.
+  static std::vector<std::unique_ptr<transport::Transport>> make_endpoints(LLPath path, int rank, int num_ranks,
+                                                                           int device, uint32_t threads);
+
+  // Collective over `boot`: every rank builds its link together. `buffer` (device view `buffer`
+  // itself for GPU memory, or host memory for a host-staged buffer) becomes the proxy's one
+  // symmetric region. `one_rank_per_node`: each process is its own node (emulated multi-node).
+  LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<transport::Transport>> endpoints,
+              void* buffer, uint64_t bytes, transport::MemKind kind, bool one_rank_per_node,
+              transport::Bootstrap& boot);
+  ~LLProxyLink();
+  LLProxyLink(const LLProxyLink&) = delete;
+  LLProxyLink& operator=(const LLProxyLink&) = delete;
+
+  ll::ProxyPath path() const;
+  // Raises the first error of a proxy thread or a ring producer (InvalidArgument / TimeoutError...).
+  void check() const;
+  // Zeroes the signal counters (the caller has synchronized the device).
+  void clear_counters();
+  std::string describe() const;  // "cuda-ipc/cuda-ipc, 4 threads, 16 rings" (for messages and logs)
+
+ private:
+  std::unique_ptr<Channel> channel_;
+  std::unique_ptr<proxy::Proxy> proxy_;
+  unsigned long long* counters_host_ = nullptr;
+  unsigned long long* counters_dev_ = nullptr;
+  std::string transport_name_;
+};
+
+}  // namespace anyep
