@@ -64,7 +64,7 @@ resolve_frames() {  # resolve_frames LOG
 
 # ---- 1. build (only the LL targets) ------------------------------------------------------------
 CFG=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90
-     ${DEPS:+-DCMAKE_PREFIX_PATH="$DEPS"} -DANYEP_BENCH=OFF -DANYEP_LIBFABRIC=ON -DANYEP_TESTS=ON -DPython3_EXECUTABLE="$PY")
+     ${DEPS:+-DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON} -DANYEP_BENCH=OFF -DANYEP_LIBFABRIC=ON -DANYEP_TESTS=ON -DPython3_EXECUTABLE="$PY")
 TARGETS=(anyep_python test_ll_layout test_ll_single_rank)
 if ! step configure 60 cmake "${CFG[@]}" -DANYEP_PYTHON=ON; then
   # Without the extension (torch not importable?): still build and run the torch-free C++ tests.
