@@ -110,11 +110,15 @@ def run(rank, world, port, args, queue):
         buf = anyep.Buffer(dist.group.WORLD, 0, anyep.Buffer.get_low_latency_rdma_size_hint(T, H, world, E),
                            low_latency_mode=True, explicitly_destroy=True)
         res[f"{path}:paths"] = buf.describe_paths()
-        for k, v in measure(buf, args, x, idx, w, y, T, E, ev).items():
-            res[f"{path}:{k}"] = v
-            if k in ("dispatch_us", "combine_us"):
-                nbytes = fp8_bytes if k == "dispatch_us" else bf16_bytes
-                res[f"{path}:{k[:-3]}_GBps"] = selections * nbytes / (v * 1e3)
+        try:
+            for k, v in measure(buf, args, x, idx, w, y, T, E, ev).items():
+                res[f"{path}:{k}"] = v
+                if k in ("dispatch_us", "combine_us"):
+                    nbytes = fp8_bytes if k == "dispatch_us" else bf16_bytes
+                    res[f"{path}:{k[:-3]}_GBps"] = selections * nbytes / (v * 1e3)
+        except Exception as e:  # one path failing does not hide the others' figures
+            res[f"{path}:error"] = f"{type(e).__name__}: {e}"
+            torch.cuda.synchronize()
         buf.destroy()
         dist.barrier()
     # NCCL all_to_all baseline, same data.
@@ -237,9 +241,12 @@ def main():
     print(f"command: {' '.join(sys.argv)}")
     for p in args.paths.split(","):
         print(f"rank 0 {p}: {results[0][p + ':paths']}")
+        for r in range(world):
+            if f"{p}:error" in results[r]:
+                print(f"rank {r} {p}: FAILED: {results[r][p + ':error']}")
     print(f"{'metric':<36}" + "".join(f"{'rank ' + str(r):>12}" for r in range(world)))
     for k in keys:
-        print(f"{k:<36}" + "".join(f"{results[r][k]:>12.1f}" for r in range(world)))
+        print(f"{k:<36}" + "".join(f"{results[r][k]:>12.1f}" if k in results[r] else f"{'-':>12}" for r in range(world)))
     print("DeepEP on this machine (DESIGN.md s5): dispatch 28.7 us, combine 40.4 us")
     if args.json:
         with open(args.json, "w") as f:

@@ -137,7 +137,7 @@ else
     ANYEP_TEST_STACKS_AFTER_S=${LL_STACKS_S:-120} ANYEP_LL_TRACE=${LL_TRACE:-0} \
     "$PY" -m pytest -s -q -rs tests/python/test_ll.py -k "${LL_WORLDS:-2proc or 4proc}" --junitxml="$OUT/pytest2.xml"
   step bench "${LL_BENCH_S:-120}" env ANYEP_BENCH_TIMEOUT_S=$(( ${LL_BENCH_S:-120} - 5 )) "$PY" bench/ll/bench_ll.py \
-    --iters "${LL_BENCH_ITERS:-200}" --warmup 20 --paths "${LL_BENCH_PATHS:-auto,proxy-cuda-ipc,proxy-libfabric}" \
+    --iters "${LL_BENCH_ITERS:-200}" --warmup 20 --paths "${LL_BENCH_PATHS:-auto,proxy-libfabric,proxy-cuda-ipc}" \
     --json "$OUT/bench.json"
 fi
 

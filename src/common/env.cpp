@@ -19,6 +19,7 @@ const std::vector<VarInfo>& all_vars() {
       {"ANYEP_FI_STRIPING", "bytes", "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)"},
       {"ANYEP_LL_CHECK_INPUTS", "1", "LL: check topk_idx values on the host before each call (skipped while capturing a CUDA graph)"},
       {"ANYEP_LL_PATH", "auto", "LL: how peers are reached: auto (CUDA IPC where reachable, the proxy over libfabric otherwise), proxy-cuda-ipc or proxy-libfabric (each process its own node, every peer through the proxy)"},
+      {"ANYEP_LL_SMS", "0", "LL: thread blocks (one per SM) the LL kernels use; 0: every SM"},
       {"ANYEP_LL_TRACE", "0", "LL Python extension: one stderr line per step of each call and a native backtrace on a fatal signal (diagnostics)"},
       {"ANYEP_PROXY_CPUS", "auto", "proxy thread pinning: auto (GPU's NUMA node when known), none, or a CPU list like 0-3,8"},
       {"ANYEP_PROXY_ORDERING", "auto", "receiver ordering: auto (bypass when the transport orders writes), engine, bypass"},

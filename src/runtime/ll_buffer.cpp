@@ -47,7 +47,11 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   }
   int sms = 0;
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "SM count");
-  num_blocks_ = sms;  // one 1024-thread block per SM: all co-resident (the kernels wait on each other)
+  // One 1024-thread block per SM: all co-resident (the kernels wait on each other). ANYEP_LL_SMS
+  // leaves SMs free for other work (e.g. copies the driver runs as kernels).
+  const int64_t want = env::get_int("ANYEP_LL_SMS");
+  if (want < 0) throw InvalidArgument("ANYEP_LL_SMS=" + std::to_string(want) + ": expected 0 (all SMs) or a block count");
+  num_blocks_ = want > 0 ? static_cast<int>(std::min<int64_t>(want, sms)) : sms;
   if (path_ != LLPath::kAuto && num_ranks > 1) {
     // Every peer goes through the proxy: make its endpoints now to learn where the buffer may live.
     endpoints_ = LLProxyLink::make_endpoints(path_, rank, num_ranks, device_, proxy::Proxy::default_threads());
