@@ -120,6 +120,18 @@ def poison_like(shape, dtype, device="cuda"):
     del t
 
 
+def wait_gpu():
+    """Wait for the current stream's work. ANYEP_TEST_SPIN_WAIT=1 polls an event instead of a
+    blocking CUDA call (diagnostics: tells whether a blocked host thread stalls the proxy)."""
+    if os.environ.get("ANYEP_TEST_SPIN_WAIT") == "1":
+        ev = torch.cuda.Event()
+        ev.record()
+        while not ev.query():
+            time.sleep(0)
+    else:
+        torch.cuda.current_stream().synchronize()
+
+
 class Ctx:
     def __init__(self, me, world, buf, anyep):
         self.me, self.world, self.buf, self.anyep = me, world, buf, anyep
@@ -144,6 +156,7 @@ class Ctx:
             assert hk is None
         if async_finish:
             ev.current_stream_wait()
+        wait_gpu()
         check_dispatch(me, world, L, T, inputs, recv, cnt, handle, mode)
         if not check_comb:
             return
@@ -159,6 +172,7 @@ class Ctx:
             hk2()
         if async_finish:
             ev2.current_stream_wait()
+        wait_gpu()
         assert comb.data_ptr() == out.data_ptr()
         check_combine(comb, x, idx, w, scale, f"combine seed {seed}")
 
