@@ -32,6 +32,15 @@ sys.path.insert(0, os.path.join(os.path.abspath(os.environ.get("ANYEP_BUILD_DIR"
                                 "python"))
 
 
+def sync():
+    """Wait for the GPU by polling an event: a host thread blocked in a synchronous CUDA call can
+    stall a proxy thread's CUDA calls (cuda-ipc transport, docs/ll.md)."""
+    ev = torch.cuda.Event()
+    ev.record()
+    while not ev.query():
+        time.sleep(0)
+
+
 def median_us(pairs):
     return statistics.median(a.elapsed_time(b) * 1000.0 for a, b in pairs)
 
@@ -158,7 +167,7 @@ def measure(buf, args, x, idx, w, y, T, E, ev):
         if it >= args.warmup:
             d_pairs.append((e0, e1))
             c_pairs.append((e1, e2))
-    torch.cuda.synchronize()
+    sync()
     buf.check_async_error()
     res["dispatch_us"] = median_us(d_pairs)
     res["combine_us"] = median_us(c_pairs)
@@ -179,7 +188,7 @@ def measure(buf, args, x, idx, w, y, T, E, ev):
             dr.append((e1, e2))
             cs.append((e2, e3))
             cr.append((e3, e4))
-    torch.cuda.synchronize()
+    sync()
     buf.check_async_error()
     res.update(dispatch_send_us=median_us(ds), dispatch_recv_us=median_us(dr), combine_send_us=median_us(cs),
                combine_recv_us=median_us(cr))
