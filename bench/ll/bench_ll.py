@@ -119,12 +119,20 @@ def run(rank, world, port, args, queue):
         buf = anyep.Buffer(dist.group.WORLD, 0, anyep.Buffer.get_low_latency_rdma_size_hint(T, H, world, E),
                            low_latency_mode=True, explicitly_destroy=True)
         res[f"{path}:paths"] = buf.describe_paths()
+        if rank == 0:
+            print(f"bench_ll: measuring {path}: {res[path + ':paths']}", file=sys.stderr, flush=True)
         try:
-            for k, v in measure(buf, args, x, idx, w, y, T, E, ev).items():
+            iters, warmup = (args.iters, args.warmup) if path == "auto" else (args.proxy_iters, args.proxy_iters // 5)
+            t0 = time.time()
+            for k, v in measure(buf, iters, warmup, x, idx, w, y, T, E, ev).items():
                 res[f"{path}:{k}"] = v
                 if k in ("dispatch_us", "combine_us"):
                     nbytes = fp8_bytes if k == "dispatch_us" else bf16_bytes
                     res[f"{path}:{k[:-3]}_GBps"] = selections * nbytes / (v * 1e3)
+            res[f"{path}:iters"] = iters
+            if rank == 0:
+                print(f"bench_ll: {path}: {2 * (iters + warmup)} round trips in {time.time() - t0:.1f} s",
+                      file=sys.stderr, flush=True)
         except Exception as e:  # one path failing does not hide the others' figures
             res[f"{path}:error"] = f"{type(e).__name__}: {e}"
             torch.cuda.synchronize()
@@ -153,18 +161,20 @@ def run(rank, world, port, args, queue):
     dist.destroy_process_group()
 
 
-def measure(buf, args, x, idx, w, y, T, E, ev):
+def measure(buf, iters, warmup, x, idx, w, y, T, E, ev):
     """Fused and staged dispatch/combine medians (us) on one Buffer."""
     res = {}
     # anyep, fused (one kernel each).
     d_pairs, c_pairs = [], []
-    for it in range(args.warmup + args.iters):
+    for it in range(warmup + iters):
         e0 = ev()
         recv, cnt, handle, _, _ = buf.low_latency_dispatch(x, idx, T, E, use_fp8=True)
         e1 = ev()
         out, _, _ = buf.low_latency_combine(y, idx, w, handle)
         e2 = ev()
-        if it >= args.warmup:
+        if it % 16 == 15:
+            sync()  # a short launch queue: a host blocked in a full queue would stall a cuda-ipc proxy
+        if it >= warmup:
             d_pairs.append((e0, e1))
             c_pairs.append((e1, e2))
     sync()
@@ -173,7 +183,7 @@ def measure(buf, args, x, idx, w, y, T, E, ev):
     res["combine_us"] = median_us(c_pairs)
     # anyep, staged: send now, receive when the hook is called.
     ds, dr, cs, cr = [], [], [], []
-    for it in range(args.warmup + args.iters):
+    for it in range(warmup + iters):
         e0 = ev()
         recv, cnt, handle, _, hook = buf.low_latency_dispatch(x, idx, T, E, use_fp8=True, return_recv_hook=True)
         e1 = ev()
@@ -183,7 +193,9 @@ def measure(buf, args, x, idx, w, y, T, E, ev):
         e3 = ev()
         hook()
         e4 = ev()
-        if it >= args.warmup:
+        if it % 16 == 15:
+            sync()
+        if it >= warmup:
             ds.append((e0, e1))
             dr.append((e1, e2))
             cs.append((e2, e3))
@@ -205,6 +217,7 @@ def main():
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--json", default="")
     p.add_argument("--paths", default="auto", help="comma list of LL paths (ANYEP_LL_PATH values) to measure")
+    p.add_argument("--proxy-iters", type=int, default=100, help="iterations on the proxy paths")
     args = p.parse_args()
     world = torch.cuda.device_count()
     if world < 2:
@@ -246,7 +259,8 @@ def main():
                "combine_recv_us", "dispatch_GBps", "combine_GBps"]
     keys = [f"{p}:{m}" for p in args.paths.split(",") for m in metrics] + ["nccl_dispatch_us", "nccl_combine_us"]
     print(f"bench_ll: {world} ranks on {results[0]['device']}, tokens/rank {args.tokens}, hidden {args.hidden}, "
-          f"top-{args.topk}, {args.experts} experts, FP8 dispatch, BF16 combine, median of {args.iters}")
+          f"top-{args.topk}, {args.experts} experts, FP8 dispatch, BF16 combine, median of {args.iters} "
+          f"(proxy paths: {args.proxy_iters})")
     print(f"command: {' '.join(sys.argv)}")
     for p in args.paths.split(","):
         print(f"rank 0 {p}: {results[0][p + ':paths']}")

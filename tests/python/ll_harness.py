@@ -122,7 +122,10 @@ def poison_like(shape, dtype, device="cuda"):
 
 def wait_gpu():
     """Wait for the current stream's work. ANYEP_TEST_SPIN_WAIT=1 polls an event instead of a
-    blocking CUDA call (diagnostics: tells whether a blocked host thread stalls the proxy)."""
+    blocking CUDA call: with the cuda-ipc transport the proxy threads submit copies through the
+    CUDA runtime, and a host thread blocked in a synchronous CUDA call (synchronize, .cpu(),
+    .item()) while an LL kernel waits for those copies stalls them until the kernel times out
+    (seen on the device, 2026-11-22; docs/ll.md). The proxy-over-cuda-ipc world sets it."""
     if os.environ.get("ANYEP_TEST_SPIN_WAIT") == "1":
         ev = torch.cuda.Event()
         ev.record()
@@ -224,6 +227,7 @@ def c_hook_two_microbatches(c):
         mbs.append((inputs, r))
     for _, r in mbs:
         r[4]()
+    wait_gpu()
     outs = []
     for inputs, (recv, cnt, handle, _, _) in mbs:
         check_dispatch(c.me, c.world, L, T, inputs, recv, cnt, handle, "bf16")
@@ -233,6 +237,7 @@ def c_hook_two_microbatches(c):
         outs.append((comb, hk, inputs))
     for comb, hk, inputs in outs:
         hk()
+    wait_gpu()
     for comb, hk, inputs in outs:
         x, idx, w = inputs[c.me]
         check_combine(comb, x, idx, w, scale, "two micro-batches")
@@ -253,7 +258,7 @@ def c_cuda_graph(c):
         out, _, _ = c.buf.low_latency_combine(expert_outputs(c.me, L, recv, scale), idx_s, w_s, handle)
         return recv, cnt, handle, out
 
-    torch.cuda.synchronize()
+    wait_gpu()
     dist.barrier()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -266,7 +271,7 @@ def c_cuda_graph(c):
         w_s.copy_(w)
         out.fill_(float("nan"))
         graph.replay()
-        torch.cuda.synchronize()
+        wait_gpu()
         check_dispatch(c.me, c.world, L, T, inputs, recv, cnt, handle, "bf16")
         check_combine(out, x, idx, w, scale, f"graph replay {it}")
     del graph
@@ -316,12 +321,14 @@ def c_bad_input(c):
     expect_error(ValueError, "not a multiple", lambda: b.low_latency_dispatch(x, idx, T, E + 1))
     # Combine: a real handle, wrong tensors.
     recv, cnt, handle, _, _ = b.low_latency_dispatch(x, idx, T, E, use_fp8=False)
+    wait_gpu()
     expect_error(ValueError, "x must have shape", lambda: b.low_latency_combine(recv[:, :T].contiguous(), idx, w, handle))
     expect_error(ValueError, "topk_weights must be Float", lambda: b.low_latency_combine(recv, idx, w.double(), handle))
     expect_error(ValueError, "handle", lambda: b.low_latency_combine(recv, idx, w, (handle[0].clone(),) + handle[1:]))
     # The state is still consistent: a correct combine for that dispatch works.
     scale = expert_scale(E)
     out, _, _ = b.low_latency_combine(expert_outputs(c.me, E // c.world, recv, scale), idx, w, handle)
+    wait_gpu()
     check_combine(out, x, idx, w, scale, "combine after bad input")
 
 
@@ -360,7 +367,7 @@ def c_timeout(me, world, anyep):
         if me == 0:
             x, idx, _ = make_inputs(5, T, H, 2, E, drop=0.0)
             buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
-            torch.cuda.synchronize()
+            wait_gpu()
             expect_error(TimeoutError, "from rank", buf.check_async_error)
             try:
                 buf.check_async_error()
@@ -393,7 +400,7 @@ class Progress:
 def settle(buf, progress):
     """After a check: if any rank saw a device error, every rank cleans its buffer, so one failure
     costs one timeout instead of cascading into the following checks."""
-    torch.cuda.synchronize()
+    wait_gpu()
     err = 0
     try:
         buf.check_async_error()
@@ -436,7 +443,7 @@ def worker(rank, world, ngpus, port, queue, env=None):
             t0 = time.time()
             try:
                 check(ctx)
-                torch.cuda.synchronize()
+                wait_gpu()
                 buf.check_async_error()
                 results[check.__name__] = "ok"
             except Exception:

@@ -41,7 +41,8 @@ CHECK_NAMES = [c.__name__ for c in ll_harness.CHECKS] + (["c_timeout"] if ll_har
 WORLDS = {
     "1proc_1gpu": (1, 1, {}),
     "2proc_2gpu": (2, 2, {"ANYEP_LL_PATH": "auto"}),
-    "2proc_2gpu_proxy_cudaipc": (2, 2, {"ANYEP_LL_PATH": "proxy-cuda-ipc"}),
+    # Host waits poll events here (ll_harness.wait_gpu: blocking CUDA calls stall the copies).
+    "2proc_2gpu_proxy_cudaipc": (2, 2, {"ANYEP_LL_PATH": "proxy-cuda-ipc", "ANYEP_TEST_SPIN_WAIT": "1"}),
     "2proc_2gpu_proxy_shm": (2, 2, {"ANYEP_LL_PATH": "proxy-libfabric", "ANYEP_FI_PROVIDER": "shm"}),
     "4proc_2gpu": (4, 2, {"ANYEP_LL_PATH": "auto"}),
 }
