@@ -61,6 +61,8 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
   credit_owed_.assign(n, 0);
   for (int k = 0; k < 2; ++k) barriers_in_[k].assign(n, 0), epoch_in_[k].assign(2 * static_cast<size_t>(n), 0);
   batch_.resize(s.cfg.batch);
+  wq_.resize(s.cfg.batch);
+  wq_tag_.resize(s.cfg.batch);
   comps_.resize(256);
   imms_.resize(256);
 }
@@ -129,20 +131,41 @@ bool ProxyThread::service_ring(uint32_t r, uint64_t now) {
   }
   if (st.frozen) return progress;
   const uint32_t n = st.ring->poll_batch(batch_.data(), s_.cfg.batch);
-  uint32_t done = 0;
+  uint32_t done = 0;    // commands retired, in ring order
+  uint32_t queued = 0;  // consecutive WRITEs after them, built and waiting for one post_writes
+  Step stop = Step::kDone;
   for (uint32_t k = 0; k < n; ++k) {
     cur_index_ = st.ring->tail() + k;
-    const Step step = execute(r, batch_[k], now);
+    const TransferCmd& c = batch_[k];
+    const bool write = cmd_op(c) == Op::kWrite;
+    if (write && build_write(r, c, queued)) {
+      ++queued;
+      continue;
+    }
+    // Anything else (or a rejected WRITE) runs only after the WRITEs before it were posted: the
+    // ring's order is what the ordering engine and QUIET rely on.
+    if (queued) {
+      const uint32_t posted = flush_writes(r, queued, &stop);
+      done += posted;
+      const bool all = posted == queued;
+      queued = 0;
+      if (!all) break;
+    }
+    if (write) {  // rejected: retired without reaching the NIC
+      ++done;
+      continue;
+    }
+    const Step step = execute(r, c, now);
     if (step == Step::kDone) {
       ++done;
       continue;
     }
-    if (step == Step::kRetry) {
-      if (!st.retry_since) st.retry_since = now;
-    }
+    stop = step;
     // kBlocked: the command stays at the head of the ring until try_finish retires it.
     break;
   }
+  if (queued) done += flush_writes(r, queued, &stop);
+  if (stop == Step::kRetry && !st.retry_since) st.retry_since = now;
   if (done) {
     st.ring->pop(done);
     st.retry_since = 0;
@@ -151,10 +174,31 @@ bool ProxyThread::service_ring(uint32_t r, uint64_t now) {
   return progress || done || st.block != Block::kNone;
 }
 
+uint32_t ProxyThread::flush_writes(uint32_t r, uint32_t n, Step* stop) {
+  size_t posted = 0;
+  const int rc = ep_->post_writes(wq_.data(), n, &posted);
+  for (size_t i = 0; i < posted; ++i) {
+    const transport::WriteDesc& w = wq_[i];
+    ++send_groups_[static_cast<size_t>(w.dst_rank) * s_.cfg.num_tags + wq_tag_[i]].writes;
+    local_.bytes += w.length;
+  }
+  rings_[r].outstanding += posted;
+  local_.writes += posted;
+  if (rc == -EAGAIN) {
+    local_.eagain += 1;
+    *stop = Step::kRetry;  // the loop polls completions, then retries the rest
+  } else if (rc) {
+    fatal(anyepTransportError, where(r) + ": posting WRITE to rank " + std::to_string(wq_[posted].dst_rank) +
+                                   " failed: " + ep_->last_error());
+    *stop = Step::kFailed;
+  }
+  return static_cast<uint32_t>(posted);
+}
+
 ProxyThread::Step ProxyThread::execute(uint32_t r, const TransferCmd& c, uint64_t now) {
   switch (cmd_op(c)) {
     case Op::kNop: return Step::kDone;
-    case Op::kWrite: return do_write(r, c);
+    case Op::kWrite: return Step::kFailed;  // never here: service_ring builds and posts WRITEs in batches
     case Op::kSignal: return do_signal(r, c);
     case Op::kQuiet: return start_quiet(r, c, now);
     case Op::kBarrier: {
@@ -189,24 +233,31 @@ ProxyThread::Step ProxyThread::post(uint32_t r, const transport::WriteDesc& w, c
   return Step::kDone;
 }
 
-ProxyThread::Step ProxyThread::do_write(uint32_t r, const TransferCmd& c) {
+bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
   const uint32_t dst = cmd_dst_rank(c), tag = cmd_tag(c);
   const uint64_t len = cmd_length(c), so = cmd_src_offset(c), dof = cmd_dst_offset(c);
-  if (dst >= s_.num_ranks)
-    return reject(r, c, "WRITE to rank " + std::to_string(dst) + ", but there are only " +
-                            std::to_string(s_.num_ranks) + " ranks (missing peer)");
-  if (tag >= s_.cfg.num_tags)
-    return reject(r, c, "WRITE tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.cfg.num_tags));
-  Where src, dw;
-  if (!sym_.translate(so, len, &src))
-    return reject(r, c, "WRITE source [" + std::to_string(so) + ", +" + std::to_string(len) +
-                            ") is outside the symmetric memory (" + sym_.describe() + ")");
-  if (!sym_.translate(dof, len, &dw))
-    return reject(r, c, "WRITE destination [" + std::to_string(dof) + ", +" + std::to_string(len) + ") on rank " +
-                            std::to_string(dst) + " is outside the symmetric memory (" + sym_.describe() + ")");
-  SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.cfg.num_tags + tag];
+  std::string why;
+  Where src{0, 0}, dw{0, 0};
+  if (dst >= s_.num_ranks) {
+    why = "WRITE to rank " + std::to_string(dst) + ", but there are only " + std::to_string(s_.num_ranks) +
+          " ranks (missing peer)";
+  } else if (tag >= s_.cfg.num_tags) {
+    why = "WRITE tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.cfg.num_tags);
+  } else if (!sym_.translate(so, len, &src)) {
+    why = "WRITE source [" + std::to_string(so) + ", +" + std::to_string(len) + ") is outside the symmetric memory (" +
+          sym_.describe() + ")";
+  } else if (!sym_.translate(dof, len, &dw)) {
+    why = "WRITE destination [" + std::to_string(dof) + ", +" + std::to_string(len) + ") on rank " + std::to_string(dst) +
+          " is outside the symmetric memory (" + sym_.describe() + ")";
+  }
+  if (!why.empty()) {
+    reject(r, c, why);
+    return false;
+  }
+  // The segment is read now: an ordered SIGNAL that closes it runs only after this WRITE was posted.
+  const SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.cfg.num_tags + tag];
   const bool plus_one = cmd_flags(c) & cmd::kWriteSignal;
-  transport::WriteDesc w;
+  transport::WriteDesc& w = wq_[slot];
   w.dst_rank = dst;
   w.local_mr = src.region;
   w.local_offset = src.offset;
@@ -217,12 +268,8 @@ ProxyThread::Step ProxyThread::do_write(uint32_t r, const TransferCmd& c) {
   w.has_imm = !s_.bypass || plus_one;
   w.imm = imm::make_write(tag, g.segment, plus_one);
   w.context = ctx(r);
-  if (const Step st = post(r, w, "WRITE"); st != Step::kDone) return st;
-  ++g.writes;
-  ++rings_[r].outstanding;
-  local_.writes += 1;
-  local_.bytes += len;
-  return Step::kDone;
+  wq_tag_[slot] = tag;
+  return true;
 }
 
 ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {

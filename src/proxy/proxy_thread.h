@@ -79,7 +79,10 @@ class ProxyThread {
   bool service_ring(uint32_t r, uint64_t now);
   Step execute(uint32_t r, const TransferCmd& c, uint64_t now);
   Step post(uint32_t r, const transport::WriteDesc& w, const char* what);
-  Step do_write(uint32_t r, const TransferCmd& c);
+  // WRITEs: validated and built into wq_[slot] (false: rejected, error recorded), then posted
+  // together with one post_writes; returns how many went out (*stop: kRetry / kFailed if not all).
+  bool build_write(uint32_t r, const TransferCmd& c, uint32_t slot);
+  uint32_t flush_writes(uint32_t r, uint32_t n, Step* stop);
   Step do_signal(uint32_t r, const TransferCmd& c);
   Step start_quiet(uint32_t r, const TransferCmd& c, uint64_t now);
   bool try_finish(uint32_t r, uint64_t now);
@@ -127,6 +130,8 @@ class ProxyThread {
   uint32_t barriers_out_[2] = {0, 0};     // barriers this thread entered
 
   std::vector<TransferCmd> batch_;
+  std::vector<transport::WriteDesc> wq_;  // [batch] WRITEs built, not yet posted
+  std::vector<uint32_t> wq_tag_;          // [batch] their tags
   std::vector<transport::Completion> comps_;
   std::vector<transport::ImmEvent> imms_;
   struct {
