@@ -56,12 +56,9 @@ __device__ void send_phase(const CombineArgs& a) {
         const uint32_t tag = proxy_tag(kTagCombine, c.buf, l, g.R);
         for (int s = threadIdx.x; s < count; s += blockDim.x) {
           __threadfence_system();
-          TransferCmd cmd;
-          // Fits by construction: the runtime refuses buffers beyond the 64 GiB offset reach.
-          try_make_write(&cmd, static_cast<uint32_t>(r), g.dispatch_slot_off(bd, l, r, s) + kHeaderBytes,
-                         g.combine_slot_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s]),
-                         g.combine_slot_bytes(), tag, false);
-          dev::push_cmd(c, tag, cmd, c.rank * L + l, r);
+          dev::push_write(c, tag, r, g.dispatch_slot_off(bd, l, r, s) + kHeaderBytes,
+                          g.combine_slot_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s]),
+                          g.combine_slot_bytes(), c.rank * L + l);
         }
         continue;
       }
@@ -85,11 +82,7 @@ __device__ void send_phase(const CombineArgs& a) {
       } else if (proxy) {
         // Flag after data through the proxy: applied once the expert's `count` rows for r landed.
         const int count = static_cast<int>(a.layout_range[static_cast<int64_t>(l) * R + r] & 0xffffffff);
-        const uint32_t tag = proxy_tag(kTagCombine, c.buf, l, g.R);
-        TransferCmd cmd;
-        try_make_signal(&cmd, static_cast<uint32_t>(r), counter_of(flag), 1, cmd::kFenceCount, tag,
-                        static_cast<uint32_t>(count));
-        dev::push_cmd(c, tag, cmd, c.rank * L + l, r);
+        dev::push_count_signal(c, proxy_tag(kTagCombine, c.buf, l, g.R), r, counter_of(flag), 1, count, c.rank * L + l);
       }
     }
   }

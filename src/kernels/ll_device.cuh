@@ -52,23 +52,25 @@ __device__ __forceinline__ uint4 ld_nc16(const void* p) {
 }
 __device__ __forceinline__ void st16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
 
-// Spin until *p (acquire, system scope) is non-zero; returns the value, or 0 on timeout.
-__device__ inline int wait_nonzero_sys(const int32_t* p, uint64_t timeout_ns, uint64_t* waited_ns) {
+__device__ __forceinline__ unsigned long long ld_acquire_sys(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Spin until *p (acquire, system scope) is non-zero; returns the value, or 0 on timeout. W is the
+// signal word: int32 in an LL buffer (direct peers), 64-bit in the proxy's host counters.
+template <typename W>
+__device__ inline W wait_nonzero_sys(const W* p, uint64_t timeout_ns, uint64_t* waited_ns) {
   const uint64_t start = port::now_ns();
   for (;;) {
-    const int v = ld_acquire_sys(p);
+    const W v = ld_acquire_sys(p);
     if (v != 0) {
       if (waited_ns) *waited_ns = port::now_ns() - start;
       return v;
     }
     if (port::now_ns() - start > timeout_ns) return 0;
   }
-}
-
-__device__ __forceinline__ unsigned long long ld_acquire_sys64(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
 }
 
 // Received data: a peer GPU (NVLink stores or copy engine) wrote it into our device memory, so an
@@ -84,16 +86,7 @@ __device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
 // non-zero (acquire, system scope); returns the value, or 0 on timeout.
 __device__ inline int wait_signal(const Common& c, bool direct, uint64_t off, uint64_t timeout_ns, uint64_t* waited_ns) {
   if (direct) return wait_nonzero_sys(reinterpret_cast<const int32_t*>(c.local + off), timeout_ns, waited_ns);
-  const unsigned long long* p = c.proxy.counters + counter_of(off);
-  const uint64_t start = port::now_ns();
-  for (;;) {
-    const unsigned long long v = ld_acquire_sys64(p);
-    if (v != 0) {
-      if (waited_ns) *waited_ns = port::now_ns() - start;
-      return static_cast<int>(v);
-    }
-    if (port::now_ns() - start > timeout_ns) return 0;
-  }
+  return static_cast<int>(wait_nonzero_sys(c.proxy.counters + counter_of(off), timeout_ns, waited_ns));
 }
 // The reader resets a signal it consumed; the next writer of it is causally after this kernel.
 __device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) {
@@ -111,6 +104,25 @@ __device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) 
 __device__ inline void push_cmd(const Common& c, uint32_t tag, const TransferCmd& cmd, int expert, int peer) {
   const RingHandle& ring = c.proxy.rings[tag % static_cast<uint32_t>(c.proxy.num_rings)];
   if (ring.push(cmd) == kPushFailed) report(c.err, kErrRingTimeout, c.rank, expert, peer, static_cast<int>(ring.ring_id));
+}
+
+// A proxy WRITE of fence group `tag` (symmetric offsets). Fits by construction: the runtime
+// refuses buffers beyond the 64 GiB offset reach, and messages are far below 16 MiB.
+__device__ inline void push_write(const Common& c, uint32_t tag, int peer, uint64_t src_off, uint64_t dst_off,
+                                  uint64_t len, int expert) {
+  TransferCmd cmd;
+  try_make_write(&cmd, static_cast<uint32_t>(peer), src_off, dst_off, len, tag, false);
+  push_cmd(c, tag, cmd, expert, peer);
+}
+
+// The count or flag of fence group `tag`: the receiving proxy adds `value` to `counter` once
+// `fence_count` WRITEs of the group landed (kFenceCount). Pushed after those WRITEs, same ring.
+__device__ inline void push_count_signal(const Common& c, uint32_t tag, int peer, uint32_t counter, int value,
+                                         int fence_count, int expert) {
+  TransferCmd cmd;
+  try_make_signal(&cmd, static_cast<uint32_t>(peer), counter, value, cmd::kFenceCount, tag,
+                  static_cast<uint32_t>(fence_count));
+  push_cmd(c, tag, cmd, expert, peer);
 }
 
 // The last block of a grid to call this (per counter) gets true; the counter is reset for the

@@ -144,12 +144,8 @@ __device__ void send_phase(const DispatchArgs& a) {
         const int slot = s_proxy_slot[threadIdx.x];
         if (slot >= 0) {
           const int l = e % L;
-          const uint32_t tag = proxy_tag(kTagDispatch, c.buf, l, g.R);
-          TransferCmd cmd;
-          // Fits by construction: the runtime refuses buffers beyond the 64 GiB offset reach.
-          try_make_write(&cmd, static_cast<uint32_t>(e / L), g.stage_slot_off(c.buf, t, threadIdx.x),
-                         g.dispatch_slot_off(c.buf, l, c.rank, slot), used, tag, false);
-          dev::push_cmd(c, tag, cmd, e, e / L);
+          dev::push_write(c, proxy_tag(kTagDispatch, c.buf, l, g.R), e / L, g.stage_slot_off(c.buf, t, threadIdx.x),
+                          g.dispatch_slot_off(c.buf, l, c.rank, slot), used, e);
         }
         // Release: the WRITE push above (ring index claimed) happens-before the count warp's push.
         dev::red_add_release_gpu(&c.ws.send_done[e], 1);
@@ -185,11 +181,8 @@ __device__ void send_phase(const DispatchArgs& a) {
       } else if (ok && c.proxy.rings != nullptr) {
         // Count after data through the proxy: the receiving proxy applies it once `cnt` WRITEs of
         // this fence group landed (kFenceCount); same ring as those WRITEs, pushed after them.
-        const uint32_t tag = proxy_tag(kTagDispatch, c.buf, e % L, g.R);
-        TransferCmd cmd;
-        try_make_signal(&cmd, static_cast<uint32_t>(owner), counter_of(g.dispatch_count_off(c.buf, e % L, c.rank)),
-                        cnt + 1, cmd::kFenceCount, tag, static_cast<uint32_t>(cnt));
-        dev::push_cmd(c, tag, cmd, e, owner);
+        dev::push_count_signal(c, proxy_tag(kTagDispatch, c.buf, e % L, g.R), owner,
+                               counter_of(g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1, cnt, e);
       }
       c.ws.send_done[e] = 0;  // all adds for e have landed (or we timed out): ready for next call
       c.ws.send_slot[e] = 0;

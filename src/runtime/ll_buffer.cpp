@@ -52,12 +52,13 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   const int64_t want = env::get_int("ANYEP_LL_SMS");
   if (want < 0) throw InvalidArgument("ANYEP_LL_SMS=" + std::to_string(want) + ": expected 0 (all SMs) or a block count");
   num_blocks_ = want > 0 ? static_cast<int>(std::min<int64_t>(want, sms)) : sms;
+  bool stage_in_host = false;
   if (path_ != LLPath::kAuto && num_ranks > 1) {
     // Every peer goes through the proxy: make its endpoints now to learn where the buffer may live.
     endpoints_ = LLProxyLink::make_endpoints(path_, rank, num_ranks, device_, proxy::Proxy::default_threads());
-    host_mem_ = !endpoints_[0]->capabilities().gpu_memory;
+    stage_in_host = !endpoints_[0]->capabilities().gpu_memory;
   }
-  if (host_mem_) {
+  if (stage_in_host) {
     // Host-staged: pinned host memory the NIC can reach, mapped into the GPU for the kernels.
     cuda_check(cudaHostAlloc(&host_alloc_, static_cast<size_t>(num_bytes), cudaHostAllocMapped | cudaHostAllocPortable),
                "cudaHostAlloc host-staged LL buffer");
@@ -123,7 +124,7 @@ std::vector<uint8_t> LowLatencyBuffer::local_info() const {
   info.rank = rank_;
   gethostname(info.host, sizeof(info.host) - 1);
   cuda_check(cudaDeviceGetPCIBusId(info.pci, sizeof(info.pci), device_), "cudaDeviceGetPCIBusId");
-  if (!host_mem_) cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");  // host-staged: proxy only
+  if (!host_staged()) cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");  // host-staged: proxy only
   info.num_bytes = num_bytes_;
   std::vector<uint8_t> out(sizeof(info));
   std::memcpy(out.data(), &info, sizeof(info));
@@ -186,13 +187,13 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
   for (const auto& v : boot.allgather({static_cast<uint8_t>(need)})) any = any || (!v.empty() && v[0]);
   if (!any) return;
   if (endpoints_.empty()) endpoints_ = LLProxyLink::make_endpoints(path_, rank_, num_ranks_, device_, proxy::Proxy::default_threads());
-  if (!host_mem_ && !endpoints_[0]->capabilities().gpu_memory)
+  if (!host_staged() && !endpoints_[0]->capabilities().gpu_memory)
     throw Unsupported("anyep LL: transport " + endpoints_[0]->capabilities().backend + "/" +
                       endpoints_[0]->capabilities().provider +
                       " cannot register GPU memory; set ANYEP_LL_PATH=proxy-libfabric to stage the buffer in pinned host memory");
-  proxy_ = std::make_unique<LLProxyLink>(num_ranks_, device_, std::move(endpoints_), host_mem_ ? host_alloc_ : local_,
+  proxy_ = std::make_unique<LLProxyLink>(num_ranks_, device_, std::move(endpoints_), host_staged() ? host_alloc_ : local_,
                                          static_cast<uint64_t>(num_bytes_),
-                                         host_mem_ ? transport::MemKind::kHost : transport::MemKind::kCuda,
+                                         host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
                                          path_ != LLPath::kAuto, boot);
   endpoints_.clear();
 }
@@ -200,7 +201,7 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
 std::string LowLatencyBuffer::describe_paths() const {
   std::string direct, proxied;
   for (int r = 0; r < num_ranks_; ++r) (host_peers_[r] ? direct : proxied) += (std::to_string(r) + ",");
-  std::string out = "path " + std::string(ll_path_name(path_)) + (host_mem_ ? " (host-staged buffer)" : "");
+  std::string out = "path " + std::string(ll_path_name(path_)) + (host_staged() ? " (host-staged buffer)" : "");
   if (!direct.empty()) out += "; direct stores to ranks " + direct.substr(0, direct.size() - 1);
   if (!proxied.empty())
     out += "; " + (proxy_ ? "proxy (" + proxy_->describe() + ")" : std::string("no path")) + " to ranks " +
@@ -234,7 +235,7 @@ ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int nu
     if (!host_peers_[r] && !proxy_)
       throw Unsupported("anyep LL: rank " + std::to_string(r) + " is not reachable over NVLink/CUDA IPC from rank " +
                         std::to_string(rank_) + " and this buffer has no proxy (connect() was given no bootstrap)");
-  c.host_mem = host_mem_;
+  c.host_mem = host_staged();
   if (proxy_) c.proxy = proxy_->path();
   c.rank = rank_;
   c.num_topk = num_topk;

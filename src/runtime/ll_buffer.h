@@ -51,7 +51,7 @@ class LowLatencyBuffer {
   // True if rank r is reached by direct stores.
   bool peer_direct(int r) const { return r >= 0 && r < num_ranks_ && host_peers_[r] != nullptr; }
   LLPath path() const { return path_; }
-  bool host_staged() const { return host_mem_; }
+  bool host_staged() const { return host_alloc_ != nullptr; }
   // "direct (CUDA IPC) to ranks 0,1; proxy (cuda-ipc/cuda-ipc, 4 threads, 16 rings) to ranks 2,3".
   std::string describe_paths() const;
 
@@ -87,8 +87,7 @@ class LowLatencyBuffer {
   int rank_, num_ranks_, device_ = 0, num_blocks_ = 0;
   int64_t num_bytes_;
   LLPath path_ = LLPath::kAuto;
-  bool host_mem_ = false;          // local_ is pinned host memory (host-staged proxy buffer)
-  void* host_alloc_ = nullptr;     // its host address (host_mem_ only)
+  void* host_alloc_ = nullptr;     // host-staged buffer: its host address (local_ is its GPU view); else null
   std::vector<std::unique_ptr<transport::Transport>> endpoints_;  // made early to learn gpu_memory
   std::unique_ptr<LLProxyLink> proxy_;
   uint8_t* local_ = nullptr;
