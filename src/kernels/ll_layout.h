@@ -51,6 +51,18 @@
 // paths share one numbering (kNumCounters in all). Fence groups (proxy tags) per (kind, half,
 // local expert): tag = (kind * 2 + b) * max_local + l, max_local = ceil(kMaxExperts / R).
 //
+// Handle storage (int32, one allocation per dispatch: written by the dispatch, read by the combine
+// of that dispatch), with P = L * R * T (one entry per received row (l, row), row < R*T):
+//
+//   [0, P)                  src_info plane: source token of row (l, row) on its source rank; this
+//                           plane, viewed [L, R*T], is the handle tensor DeepEP's API returns
+//   [P, 2P)                 src_topk plane: the top-k slot k of that row (combine writes the row
+//                           to the home slot (t, k))
+//   [2P, 2P + kHandleTail)  tail: [0] = the buffer half the dispatch used (combine stages rows for
+//                           proxied peers in that half's dispatch slots); [1, kHandleTail) reserved
+//
+// Only the runtime (src/runtime) and the kernels read this layout; callers allocate handle_ints().
+//
 // Footprint at T=128, H=7168, R=2, E=288: M = 14352, D = 1,058,144,256, C = 58,720,256,
 // P = 58,785,792, S = 65,536, total 1,175,715,840 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout
 // (route in the header, one message per destination rank) is the next step (docs/ll.md).
@@ -70,6 +82,7 @@ inline constexpr int kHeaderBytes = 16;
 inline constexpr int kSignalAlign = 256;
 inline constexpr int64_t kMaxExperts = 4096;  // signal area and scratch counters are sized for this
 inline constexpr int64_t kNumCounters = 4 * kMaxExperts;  // proxy signal counters (= signal slots)
+inline constexpr int64_t kHandleTail = 4;  // int32 words after the two planes of a handle (see above)
 
 // Proxy fence-group kinds (see the tag formula above).
 enum TagKind : int { kTagDispatch = 0, kTagCombine = 1 };
@@ -122,6 +135,13 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE constexpr uint64_t msg_used_bytes(bool bf16) const {
     return bf16 ? msg_bytes() : align_up(fp8_scale_offset() + 4ull * static_cast<uint64_t>(H / kScaleGroup), 16);
   }
+
+  // ---- handle storage (int32 words; see the layout comment above) ----
+  ANYEP_HD ANYEP_INLINE constexpr int64_t handle_plane_ints() const { return L() * R * T; }
+  ANYEP_HD ANYEP_INLINE constexpr int64_t handle_src_info_off() const { return 0; }
+  ANYEP_HD ANYEP_INLINE constexpr int64_t handle_src_topk_off() const { return handle_plane_ints(); }
+  ANYEP_HD ANYEP_INLINE constexpr int64_t handle_half_off() const { return 2 * handle_plane_ints(); }
+  ANYEP_HD ANYEP_INLINE constexpr int64_t handle_ints() const { return 2 * handle_plane_ints() + kHandleTail; }
 
   // ---- offsets (see the layout comment above) ----
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_count_off(int b, int64_t l, int64_t r) const {

@@ -81,6 +81,7 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
   if (!(timeout_s > 0)) throw InvalidArgument("ANYEP_TIMEOUT_S must be positive");
   timeout_ns_ = static_cast<uint64_t>(timeout_s * 1e9);
+  check_inputs_ = env::get_bool("ANYEP_LL_CHECK_INPUTS");
 }
 
 LowLatencyBuffer::~LowLatencyBuffer() {
@@ -210,14 +211,7 @@ std::string LowLatencyBuffer::describe_paths() const {
 }
 
 ll::Layout LowLatencyBuffer::layout_for(const LLShape& s) const {
-  ll::Layout g{s.max_tokens, s.hidden, num_ranks_, s.num_experts};
-  if (const char* why = ll::layout_unsupported(g)) throw InvalidArgument(std::string("anyep LL: ") + why);
-  if (static_cast<int64_t>(g.total_bytes()) > num_bytes_)
-    throw InvalidArgument("anyep LL: buffer too small: shape (tokens " + std::to_string(s.max_tokens) + ", hidden " +
-                          std::to_string(s.hidden) + ", experts " + std::to_string(s.num_experts) + ") needs " +
-                          std::to_string(g.total_bytes()) + " bytes, buffer has " + std::to_string(num_bytes_) +
-                          " (see get_low_latency_rdma_size_hint)");
-  return g;
+  return runtime::validate_layout(s.max_tokens, s.hidden, s.num_experts, info());
 }
 
 ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int num_topk, int buf) {

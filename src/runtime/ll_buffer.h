@@ -1,6 +1,7 @@
 // anyep/src/runtime/ll_buffer.h — the low-latency buffer: owns the symmetric LL buffer, the CUDA
 // IPC peer table, the scratch counters and the host-mapped error record; validates shapes and
-// launches the LL kernels. No torch: the Python extension and the C API sit on top of it.
+// launches the LL kernels. No torch. Callers with tensors go through runtime/ll_api.h, which checks
+// a call's arguments and fills the kernel arguments from this buffer.
 //
 // Life cycle: construct (allocates, zeroes) -> local_info() on every rank -> allgather (caller's
 // bootstrap) -> connect(all infos) -> dispatch/combine ... -> destroy() (or destructor).
@@ -14,6 +15,7 @@
 
 #include "kernels/ll_kernels.h"
 #include "runtime/ll_proxy_link.h"
+#include "runtime/ll_validate.h"
 #include "transport/bootstrap/bootstrap.h"
 
 namespace anyep {
@@ -57,6 +59,10 @@ class LowLatencyBuffer {
 
   // Checks the shape against the buffer and the limits; throws InvalidArgument naming the problem.
   ll::Layout layout_for(const LLShape& s) const;
+  // What the call checks (runtime/ll_validate.h) need to know of this buffer.
+  runtime::LLBufferInfo info() const { return {num_ranks_, device_, num_bytes_}; }
+  // ANYEP_LL_CHECK_INPUTS, read at construction: check topk_idx values on the host before a call.
+  bool check_inputs() const { return check_inputs_; }
 
   // Fills the shared part of the kernel arguments for the next dispatch/combine (toggles the
   // buffer half) after checking for an earlier asynchronous error.
@@ -102,6 +108,7 @@ class LowLatencyBuffer {
   int dispatch_half_ = 0, combine_half_ = 0;
   bool connected_ = false;
   bool destroyed_ = false;
+  bool check_inputs_ = true;
 };
 
 }  // namespace anyep
