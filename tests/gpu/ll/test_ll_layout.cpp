@@ -89,5 +89,18 @@ TEST(LLLayout, ProxyTagsAndCountersAreDistinctAndInRange) {
   }
 }
 
+// The handle's storage: src_info plane (the [L, R*T] view callers see) first, then the top-k plane,
+// then the tail whose first word is the dispatch's buffer half.
+TEST(LLLayout, HandlePlanesThenTail) {
+  const Layout g{128, 7168, 2, 288};
+  const int64_t P = g.L() * g.R * g.T;  // one entry per received row
+  EXPECT_EQ(g.handle_plane_ints(), P);
+  EXPECT_EQ(g.handle_src_info_off(), 0);
+  EXPECT_EQ(g.handle_src_topk_off(), P);
+  EXPECT_EQ(g.handle_half_off(), 2 * P);
+  EXPECT_EQ(g.handle_ints(), 2 * P + kHandleTail);
+  EXPECT_GE(kHandleTail, 1);  // room for the buffer half
+}
+
 }  // namespace
 }  // namespace anyep::ll

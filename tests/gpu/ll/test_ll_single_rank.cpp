@@ -1,17 +1,21 @@
 // One rank (it is its own only peer): dispatch (BF16, FP8 with float scales) and combine through
 // LowLatencyBuffer and the real kernels, checked against a host reference; several rounds on one
-// buffer (both halves, counters back at zero, a change of shape between calls). Skips without a GPU.
+// buffer (both halves, counters back at zero, a change of shape between calls), filling the kernel
+// arguments by hand or through the runtime API (runtime/ll_api.h: descriptors and a stream).
+// Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "common/error.h"
+#include "runtime/ll_api.h"
 #include "runtime/ll_buffer.h"
 
 namespace anyep {
@@ -58,10 +62,21 @@ struct Shape {
   int T, H, K, E, N;
 };
 
+// Descriptor of a device buffer holding a row-major tensor (its allocation: `alloc_bytes`).
+runtime::TensorRef dev_ref(const DevBuf& b, runtime::DType dt, std::initializer_list<int64_t> shape, size_t alloc_bytes) {
+  runtime::TensorRef t = runtime::contiguous_ref(b.p, dt, shape, 0);
+  t.storage_bytes = static_cast<int64_t>(alloc_bytes);
+  return t;
+}
+
 // One dispatch + combine round on `buf` (one rank: L = E, R*T = T) with fresh random routing.
-void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned seed) {
+// via_api: through runtime::dispatch / runtime::combine (staged combine); else the kernel
+// arguments by hand from the layout's handle offsets.
+void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned seed, bool via_api = false) {
   const int T = s.T, H = s.H, K = s.K, E = s.E, N = s.N, L = E, RT = T, G = H / 128;
   const LLShape shape{T, H, E};
+  const ll::Layout g{T, H, 1, E};
+  const size_t handle_bytes = static_cast<size_t>(g.handle_ints()) * 4;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-2.f, 2.f);
   std::vector<uint16_t> x(size_t(N) * H);
@@ -80,7 +95,7 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
   const bool fp8 = fmt != ll::Format::kBF16;
   const size_t row_bytes = fp8 ? H : 2 * H;
   DevBuf d_x(x.size() * 2), d_idx(idx.size() * 8), d_w(w.size() * 4), d_recv(size_t(L) * RT * row_bytes),
-      d_scales(size_t(L) * G * RT * 4), d_count(L * 4), d_info(2 * size_t(L) * RT * 4), d_range(size_t(L) * 8),
+      d_scales(size_t(L) * G * RT * 4), d_count(L * 4), d_info(handle_bytes), d_range(size_t(L) * 8),
       d_out(size_t(N) * H * 2), d_y(size_t(L) * RT * H * 2);
   for (const DevBuf* b : {&d_x, &d_idx, &d_w, &d_recv, &d_scales, &d_count, &d_info, &d_range, &d_out, &d_y})
     ASSERT_NE(b->p, nullptr) << "cudaMalloc failed";
@@ -88,24 +103,51 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
   CK(cudaMemcpy(d_idx.p, idx.data(), idx.size() * 8, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_w.p, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
 
-  ll::DispatchArgs d;
-  d.c = buf.next_dispatch_common(shape, N, K);
-  d.x = d_x.p;
-  d.topk_idx = d_idx.as<int64_t>();
-  d.fmt = fmt;
-  d.recv_x = d_recv.p;
-  d.recv_scales = fp8 ? d_scales.p : nullptr;
-  d.recv_count = d_count.as<int32_t>();
-  d.src_info = d_info.as<int32_t>();
-  d.src_topk = d_info.as<int32_t>() + size_t(L) * RT;
-  d.layout_range = d_range.as<int64_t>();
-  buf.launch(d, ll::kPhaseBoth, nullptr);
+  using runtime::DType;
+  const runtime::TensorRef x_ref = dev_ref(d_x, DType::kBFloat16, {N, H}, x.size() * 2),
+                           idx_ref = dev_ref(d_idx, DType::kInt64, {N, K}, idx.size() * 8),
+                           info_ref = dev_ref(d_info, DType::kInt32, {L, RT}, handle_bytes),
+                           range_ref = dev_ref(d_range, DType::kInt64, {L, 1}, size_t(L) * 8);
+  if (via_api) {
+    runtime::LLDispatchIn in;
+    in.x = x_ref;
+    in.topk_idx = idx_ref;
+    in.max_tokens = T;
+    in.num_experts = E;
+    in.use_fp8 = fp8;
+    runtime::LLDispatchOut out;
+    out.recv_x = dev_ref(d_recv, fp8 ? DType::kFloat8_e4m3fn : DType::kBFloat16, {L, RT, H}, size_t(L) * RT * row_bytes);
+    if (fp8) {  // column-major scales: storage [L, G, R*T]
+      out.recv_scales = dev_ref(d_scales, DType::kFloat32, {L, RT, G}, size_t(L) * G * RT * 4);
+      out.recv_scales.strides[0] = int64_t(G) * RT;
+      out.recv_scales.strides[1] = 1;
+      out.recv_scales.strides[2] = RT;
+    }
+    out.recv_count = dev_ref(d_count, DType::kInt32, {L}, size_t(L) * 4);
+    out.src_info = info_ref;
+    out.layout_range = range_ref;
+    runtime::dispatch(buf, in, out, ll::kPhaseBoth, nullptr);
+  } else {
+    ll::DispatchArgs d;
+    d.c = buf.next_dispatch_common(shape, N, K);
+    d.x = d_x.p;
+    d.topk_idx = d_idx.as<int64_t>();
+    d.fmt = fmt;
+    d.recv_x = d_recv.p;
+    d.recv_scales = fp8 ? d_scales.p : nullptr;
+    d.recv_count = d_count.as<int32_t>();
+    d.src_info = d_info.as<int32_t>() + g.handle_src_info_off();
+    d.src_topk = d_info.as<int32_t>() + g.handle_src_topk_off();
+    d.handle_half = d_info.as<int32_t>() + g.handle_half_off();
+    d.layout_range = d_range.as<int64_t>();
+    buf.launch(d, ll::kPhaseBoth, nullptr);
+  }
   CK(cudaDeviceSynchronize());
   buf.check_error();
 
   std::vector<uint8_t> recv(size_t(L) * RT * row_bytes);
   std::vector<float> scales(size_t(L) * G * RT);
-  std::vector<int32_t> count(L), info(2 * size_t(L) * RT);
+  std::vector<int32_t> count(L), info(static_cast<size_t>(g.handle_ints()));
   std::vector<int64_t> range(L);
   CK(cudaMemcpy(recv.data(), d_recv.p, recv.size(), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(scales.data(), d_scales.p, scales.size() * 4, cudaMemcpyDeviceToHost));
@@ -121,7 +163,8 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
     ASSERT_EQ(range[e], static_cast<int64_t>(want.size())) << "one source rank: begin 0, count in low bits";
     std::set<int> got;
     for (int row = 0; row < count[e]; ++row) {
-      const int t = info[size_t(e) * RT + row], k = info[size_t(L) * RT + size_t(e) * RT + row];
+      const int t = info[g.handle_src_info_off() + size_t(e) * RT + row],
+                k = info[g.handle_src_topk_off() + size_t(e) * RT + row];
       ASSERT_TRUE(t >= 0 && t < N && k >= 0 && k < K) << "expert " << e << " row " << row << ": token " << t << " k " << k;
       got.insert(t);
       ASSERT_EQ(idx[t * K + k], e) << "top-k slot of expert " << e << " row " << row;
@@ -156,17 +199,32 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
         y[(size_t(e) * RT + row) * H + h] = to_bf16(from_bf16(x[size_t(t) * H + h]) * (1.0f + e / 8.0f));
     }
   CK(cudaMemcpy(d_y.p, y.data(), y.size() * 2, cudaMemcpyHostToDevice));
-  ll::CombineArgs c;
-  c.c = buf.next_combine_common(shape, N, K);
-  c.x = d_y.p;
-  c.src_info = d_info.as<int32_t>();
-  c.src_topk = d_info.as<int32_t>() + size_t(L) * RT;
-  c.layout_range = d_range.as<int64_t>();
-  c.topk_idx = d_idx.as<int64_t>();
-  c.topk_weights = d_w.as<float>();
-  c.out = d_out.p;
-  buf.launch(c, ll::kPhaseSend, nullptr);  // staged: send, then receive
-  buf.launch(c, ll::kPhaseRecv, nullptr);
+  if (via_api) {
+    runtime::LLCombineIn in;
+    in.x = dev_ref(d_y, DType::kBFloat16, {L, RT, H}, y.size() * 2);
+    in.topk_idx = idx_ref;
+    in.topk_weights = dev_ref(d_w, DType::kFloat32, {N, K}, w.size() * 4);
+    in.src_info = info_ref;
+    in.layout_range = range_ref;
+    in.max_tokens = T;
+    in.num_experts = E;
+    const runtime::LLCall call =
+        runtime::combine(buf, in, dev_ref(d_out, DType::kBFloat16, {N, H}, size_t(N) * H * 2), ll::kPhaseSend, nullptr);
+    call.launch(ll::kPhaseRecv, nullptr);  // staged: send, then receive
+  } else {
+    ll::CombineArgs c;
+    c.c = buf.next_combine_common(shape, N, K);
+    c.x = d_y.p;
+    c.src_info = d_info.as<int32_t>() + g.handle_src_info_off();
+    c.src_topk = d_info.as<int32_t>() + g.handle_src_topk_off();
+    c.handle_half = d_info.as<int32_t>() + g.handle_half_off();
+    c.layout_range = d_range.as<int64_t>();
+    c.topk_idx = d_idx.as<int64_t>();
+    c.topk_weights = d_w.as<float>();
+    c.out = d_out.p;
+    buf.launch(c, ll::kPhaseSend, nullptr);  // staged: send, then receive
+    buf.launch(c, ll::kPhaseRecv, nullptr);
+  }
   CK(cudaDeviceSynchronize());
   buf.check_error();
   std::vector<uint16_t> out(size_t(N) * H);
@@ -194,6 +252,55 @@ TEST(LLSingleRank, DispatchCombineRounds) {
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 3));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kFP8, 4));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 5));
+}
+
+TEST(LLSingleRank, RuntimeApiRounds) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
+  LowLatencyBuffer buf(0, 1, std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
+                                      LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
+  buf.connect({buf.local_info()});
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 11, true));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 12, true));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 13, false));  // the two ways mix
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 14, true));
+}
+
+// The one check that needs the device: topk_idx values, copied to the host on the call's stream.
+TEST(LLSingleRank, RuntimeApiChecksTopkValues) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  const int T = 8, H = 256, E = 4, K = 2;
+  LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(T, H, 1, E));
+  buf.connect({buf.local_info()});
+  const std::vector<int64_t> idx{0, 1, 2, E};  // E: out of range
+  DevBuf d_x(size_t(2) * H * 2), d_idx(idx.size() * 8);
+  CK(cudaMemcpy(d_idx.p, idx.data(), idx.size() * 8, cudaMemcpyHostToDevice));
+  runtime::LLDispatchIn in;
+  in.x = runtime::contiguous_ref(d_x.p, runtime::DType::kBFloat16, {2, H}, 0);
+  in.topk_idx = runtime::contiguous_ref(d_idx.p, runtime::DType::kInt64, {2, K}, 0);
+  in.max_tokens = T;
+  in.num_experts = E;
+  in.use_fp8 = false;
+  const runtime::LLDispatchPlan p = runtime::dispatch_outputs(buf, in);
+  std::vector<std::unique_ptr<DevBuf>> keep;
+  const auto alloc = [&](const runtime::OutputSpec& s) {
+    keep.push_back(std::make_unique<DevBuf>(size_t(s.storage_elems) * runtime::dtype_bytes(s.dtype)));
+    runtime::TensorRef t = runtime::contiguous_ref(keep.back()->p, s.dtype, {}, 0);
+    t.ndim = s.ndim;
+    for (int d = 0; d < s.ndim; ++d) {
+      t.shape[d] = s.shape[d];
+      t.strides[d] = s.strides[d];
+    }
+    t.storage_bytes = s.storage_elems * runtime::dtype_bytes(s.dtype);
+    return t;
+  };
+  runtime::LLDispatchOut out{alloc(p.recv_x), {}, alloc(p.recv_count), alloc(p.src_info), alloc(p.layout_range)};
+  try {
+    runtime::dispatch(buf, in, out, ll::kPhaseBoth, nullptr);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("topk_idx holds values in [0, 4]"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LLSingleRank, ShapeErrorsNameTheProblem) {
