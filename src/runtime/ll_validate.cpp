@@ -138,7 +138,7 @@ LLCombinePlan validate_combine(const LLCombineIn& in, const LLBufferInfo& buf) {
   expect(in.src_info.shape[0] == L && in.src_info.shape[1] == RT,
          "handle src_info has shape " + shape_str(in.src_info) + ", expected [" + to_string(L) + ", " + to_string(RT) + "]");
   // The handle's storage (ll_layout.h) holds the top-k plane and the tail after the view.
-  const int64_t handle_bytes = (2 * L * RT + ll::kHandleTail) * 4;
+  const int64_t handle_bytes = ll::Layout{T, H, R, E}.handle_ints() * 4;
   expect(in.src_info.storage_offset == 0 && in.src_info.storage_bytes >= handle_bytes,
          "handle was not produced by anyep low_latency_dispatch (src_info lacks the top-k slot plane)");
   expect_tensor(in.layout_range, "handle layout_range", DType::kInt64, 2, dev);
