@@ -93,6 +93,7 @@ def run_world(name):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
+    env = {**env, "ANYEP_TEST_WORLD": name}  # names the ranks' log lines and files
     procs = [ctx.Process(target=ll_harness.worker, args=(r, world, ngpus, port, queue, env)) for r in range(world)]
     for p in procs:
         p.start()
