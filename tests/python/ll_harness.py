@@ -456,7 +456,7 @@ def worker(rank, world, ngpus, port, queue, env=None):
         # and a chaos world's proxy endpoints really are wrapped (the transport factory applies
         # ANYEP_CHAOS_SEED; the chaos transport names itself "chaos(<inner>)").
         want_proxy = (env or {}).get("ANYEP_LL_PATH", "auto") != "auto" and world > 1
-        want_chaos = want_proxy and bool((env or {}).get("ANYEP_CHAOS_SEED"))
+        want_chaos = want_proxy and bool(os.environ.get("ANYEP_CHAOS_SEED"))  # the world's or inherited
         assert ("proxy (" in paths) == want_proxy and ("direct stores to ranks" in paths), paths
         assert ("chaos(" in paths) == want_chaos, f"chaos wrapper {'missing' if want_chaos else 'unexpected'}: {paths}"
         ctx = Ctx(rank, world, buf, anyep)
