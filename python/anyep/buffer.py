@@ -26,12 +26,24 @@ def _ext():
 
 
 class Buffer:
-    """Expert-parallel communication buffer (deep_ep.Buffer compatible).
+    """
+    Expert-parallel communication buffer for MoE layers, with deep_ep.Buffer's interface.
 
     Low-latency mode (`low_latency_mode=True`, `num_rdma_bytes` from
     `get_low_latency_rdma_size_hint`): direct stores through CUDA IPC to peers on this host, the
     CPU proxy for the others (ANYEP_LL_PATH picks the path, docs/ll.md). The high-throughput
     methods raise NotImplementedError.
+
+    Attributes:
+        num_sms: SMs of the high-throughput kernels (kept for compatibility; see `set_num_sms`).
+        group: the torch.distributed group the buffer spans.
+        rank: this process's rank in `group`.
+        group_size: the number of ranks in `group`.
+        num_nvl_bytes: the NVLink buffer size asked for (unused: there is no high-throughput mode yet).
+        num_rdma_bytes: the size of the low-latency buffer in bytes.
+        low_latency_mode: whether the low-latency buffer was created.
+        explicitly_destroy: whether resources are released by `destroy()` rather than by the destructor.
+        device: the CUDA device the buffer lives on (the current device at construction).
     """
 
     num_sms: int = 20
@@ -40,6 +52,27 @@ class Buffer:
                  low_latency_mode: bool = False, num_qps_per_rank: int = 24,
                  allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
                  explicitly_destroy: bool = False, comm=None) -> None:
+        """
+        Create the buffer and connect it to every rank of `group` (a collective call).
+
+        Arguments:
+            group: the torch.distributed process group; every rank of it must construct its Buffer.
+            num_nvl_bytes: the NVLink buffer size of the high-throughput mode; recorded, not allocated.
+            num_rdma_bytes: the low-latency buffer size in bytes, at least
+                `get_low_latency_rdma_size_hint(...)` for the largest shape used; the same on every rank.
+            low_latency_mode: whether to create the low-latency buffer (dispatch/combine need it).
+            num_qps_per_rank: accepted for compatibility; anyep's transports have no queue pairs to size.
+            allow_nvlink_for_low_latency_mode: False sends every peer through the CPU proxy (the
+                `proxy-libfabric` path unless ANYEP_LL_PATH names another proxy path).
+            allow_mnnvl: accepted for compatibility; ignored.
+            explicitly_destroy: if True, resources are released only by `destroy()`; otherwise by the
+                destructor.
+            comm: accepted for compatibility; ignored (the set-up goes through `group`).
+
+        Raises:
+            ValueError: `low_latency_mode` with `num_rdma_bytes <= 0`.
+            ImportError: the compiled extension anyep._C is missing.
+        """
         self.group = group
         self.rank = group.rank()
         self.group_size = group.size()
@@ -65,48 +98,133 @@ class Buffer:
             dist.barrier(group=group)
 
     def _allgather_bytes(self, mine: bytes) -> list:
-        """Bootstrap for the C++ proxy set-up: allgather of bytes over the Buffer's group."""
+        """
+        Bootstrap for the C++ proxy set-up: allgather of bytes over the Buffer's group.
+
+        Arguments:
+            mine: this rank's bytes.
+
+        Returns:
+            gathered: every rank's bytes, indexed by rank.
+        """
         out = [None] * self.group_size
         dist.all_gather_object(out, bytes(mine), group=self.group)
         return out
 
     def describe_paths(self) -> str:
-        """How this rank reaches its peers (direct stores / proxy and its transport)."""
+        """
+        Describe how this rank reaches its peers (anyep only, not in deep_ep).
+
+        Returns:
+            description: the LL path, the ranks reached by direct stores and those reached through
+                the proxy, with the proxy's transport, thread and ring counts.
+        """
         return self._low_latency().describe_paths()
 
     # ---- class helpers -------------------------------------------------------------------------
     @staticmethod
     def set_num_sms(new_num_sms: int) -> None:
+        """
+        Set the SM count of the high-throughput kernels (kept for compatibility: the low-latency
+        kernels use one block per SM, capped by ANYEP_LL_SMS).
+
+        Arguments:
+            new_num_sms: the new count, a positive even number.
+
+        Raises:
+            ValueError: the count is not positive and even.
+        """
         if new_num_sms <= 0 or new_num_sms % 2 != 0:
             raise ValueError(f"num_sms must be a positive even number, got {new_num_sms}")
         Buffer.num_sms = new_num_sms
 
     @staticmethod
     def capture() -> EventOverlap:
-        """An EventOverlap recorded on the current stream."""
+        """
+        Record an event on the current stream (`torch.cuda.current_stream()`).
+
+        Returns:
+            event: an EventOverlap holding the recorded event.
+        """
         return EventOverlap(torch.cuda.current_stream().record_event())
 
     @staticmethod
     def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int,
                                        num_experts: int) -> int:
+        """
+        Compute the smallest low-latency buffer for a shape (BF16 and FP8 messages both fit).
+
+        Arguments:
+            num_max_dispatch_tokens_per_rank: the most tokens one rank dispatches per call; the same on
+                every rank.
+            hidden: the hidden size of a token, a multiple of 128.
+            num_ranks: the number of ranks in the group.
+            num_experts: the number of experts over all ranks, a multiple of `num_ranks`.
+
+        Returns:
+            size: the number of bytes to pass as `num_rdma_bytes`.
+        """
         return int(_ext().size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts))
 
     @staticmethod
     def get_dispatch_config(num_ranks: int) -> Config:
+        """
+        Get the recommended high-throughput dispatch configuration (kept for compatibility).
+
+        Arguments:
+            num_ranks: the number of ranks in the group.
+
+        Returns:
+            config: a Config with `Buffer.num_sms` SMs and the default chunk sizes.
+        """
         return Config(Buffer.num_sms, 6, 256, 6, 128)
 
     @staticmethod
     def get_combine_config(num_ranks: int) -> Config:
+        """
+        Get the recommended high-throughput combine configuration (kept for compatibility).
+
+        Arguments:
+            num_ranks: the number of ranks in the group.
+
+        Returns:
+            config: a Config with `Buffer.num_sms` SMs and the default chunk sizes.
+        """
         return Config(Buffer.num_sms, 6, 256, 6, 128)
 
     def get_comm_stream(self) -> torch.cuda.Stream:
+        """
+        Get the communication stream (used by calls with `async_finish=True`).
+
+        Returns:
+            stream: the buffer's communication stream.
+        """
         return self._comm_stream
 
     def get_local_buffer_tensor(self, dtype: torch.dtype, size: Optional[torch.Size] = None, offset: int = 0,
                                 use_rdma_buffer: bool = False) -> torch.Tensor:
+        """
+        Not supported: deep_ep returns a view of its raw buffer; anyep's LL buffer layout is private.
+
+        Arguments:
+            dtype: the element type of the view.
+            size: the shape of the view.
+            offset: the byte offset into the buffer.
+            use_rdma_buffer: whether to view the RDMA buffer instead of the NVLink buffer.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError("anyep: get_local_buffer_tensor is not supported (the LL buffer layout is private)")
 
     def destroy(self) -> None:
+        """
+        Release the buffer's resources (proxy threads, device and pinned memory). Only for buffers
+        built with `explicitly_destroy=True`; every rank should call it. A second call does nothing.
+
+        Raises:
+            RuntimeError: the buffer was built with `explicitly_destroy=False`.
+        """
         if not self.explicitly_destroy:
             raise RuntimeError("anyep: destroy() is only for Buffers built with explicitly_destroy=True")
         self._destroy()
@@ -120,6 +238,9 @@ class Buffer:
             self._ll = None
 
     def __del__(self):
+        """
+        Release the resources of a buffer built with `explicitly_destroy=False`; errors are ignored.
+        """
         if not getattr(self, "explicitly_destroy", True):
             try:
                 self._destroy()
@@ -134,23 +255,74 @@ class Buffer:
         return self._ll
 
     def check_async_error(self) -> None:
-        """Raise the error a previous LL kernel reported (timeout naming rank/expert/peer), if any."""
+        """
+        Raise the error a previous low-latency kernel or the proxy reported, if any (anyep only).
+
+        Raises:
+            TimeoutError: a kernel or the proxy gave up waiting; the message names the rank, the
+                expert (or the proxy's tag) and the peer waited for.
+            RuntimeError: another proxy error, e.g. a rejected command.
+        """
         self._low_latency().check_error()
 
     # ---- high-throughput mode (not implemented yet) ---------------------------------------------
     def get_dispatch_layout(self, topk_idx, num_experts, previous_event=None, async_finish=False,
                             allocate_on_comm_stream=False):
+        """
+        High-throughput dispatch layout: not implemented yet.
+
+        Arguments:
+            topk_idx: `[num_tokens, num_topk]` expert indices.
+            num_experts: the number of experts over all ranks.
+            previous_event: an event to wait for first.
+            async_finish: whether to run on the communication stream.
+            allocate_on_comm_stream: whether to allocate the outputs on the communication stream.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError("anyep: high-throughput mode (get_dispatch_layout) is not implemented yet")
 
     def dispatch(self, *args, **kwargs):
+        """
+        High-throughput dispatch: not implemented yet.
+
+        Arguments:
+            args: deep_ep.Buffer.dispatch's positional arguments.
+            kwargs: deep_ep.Buffer.dispatch's keyword arguments.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError("anyep: high-throughput mode (dispatch) is not implemented yet")
 
     def combine(self, *args, **kwargs):
+        """
+        High-throughput combine: not implemented yet.
+
+        Arguments:
+            args: deep_ep.Buffer.combine's positional arguments.
+            kwargs: deep_ep.Buffer.combine's keyword arguments.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError("anyep: high-throughput mode (combine) is not implemented yet")
 
     # ---- low-latency mode -----------------------------------------------------------------------
     def _run(self, async_finish: bool, fn: Callable, tensors: Tuple):
-        """Run `fn` on the current stream, or on the comm stream when async_finish."""
+        """
+        Run `fn` on the current stream, or on the comm stream when async_finish.
+
+        Arguments:
+            async_finish: whether to run on the communication stream.
+            fn: the launch to run.
+            tensors: inputs that must live until the communication stream is done with them.
+
+        Returns:
+            result: what `fn` returned.
+            event: an EventOverlap, empty unless `async_finish`.
+        """
         if not async_finish:
             return fn(), EventOverlap(None)
         compute = torch.cuda.current_stream()
@@ -163,6 +335,18 @@ class Buffer:
         return result, EventOverlap(event, tensors)
 
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
+        """
+        Reset the low-latency buffer's signals, counters and error record (a collective call: it
+        ends with a barrier over the group). Use it after an error, before the next call.
+
+        Arguments:
+            num_max_dispatch_tokens_per_rank: the largest token count per rank the buffer is used with.
+            hidden: the hidden size used with the buffer.
+            num_experts: the number of experts over all ranks.
+
+        Raises:
+            ValueError: the shape does not fit the buffer's rules (see `get_low_latency_rdma_size_hint`).
+        """
         ll = self._low_latency()
         self.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, self.group_size, num_experts)
         ll.clean()
@@ -174,6 +358,45 @@ class Buffer:
                              round_scale: bool = False, use_ue8m0: bool = False, async_finish: bool = False,
                              return_recv_hook: bool = False) -> \
             Tuple[Union[Tuple[torch.Tensor, torch.Tensor], torch.Tensor], torch.Tensor, Tuple, EventOverlap, Callable]:
+        """
+        Send each token to the ranks owning its top-k experts (low-latency mode). Every rank of the
+        group must call it with the same `num_max_dispatch_tokens_per_rank` and `num_experts`. The
+        outputs live in one of two buffer halves: at most two dispatch/combine results may be held
+        at a time.
+
+        Arguments:
+            x: `[num_tokens, hidden]` `torch.bfloat16` tokens on this rank's GPU; `num_tokens` at most
+                `num_max_dispatch_tokens_per_rank`, `hidden` a multiple of 128.
+            topk_idx: `[num_tokens, num_topk]` `torch.int64` expert indices in [0, num_experts), or -1
+                for a slot that selects no expert.
+            num_max_dispatch_tokens_per_rank: the most tokens any rank dispatches; the same on every rank.
+            num_experts: the number of experts over all ranks, a multiple of the group size.
+            cumulative_local_expert_recv_stats: optional `[num_local_experts]` `torch.int32` tensor; the
+                number of tokens each local expert receives is added to it.
+            dispatch_wait_recv_cost_stats: optional `[num_ranks]` `torch.int64` tensor; the nanoseconds
+                spent waiting for each source rank are added to it.
+            use_fp8: whether to send FP8 (e4m3) data with per-128-channel scales instead of BF16.
+            round_scale: whether to round the FP8 scales up to powers of two.
+            use_ue8m0: whether to pack the scales as UE8M0 (needs `use_fp8`, `round_scale` and a hidden
+                size that is a multiple of 512).
+            async_finish: whether to run on the communication stream and return an event to wait for.
+            return_recv_hook: if True, launch only the send half and return a hook that receives; the
+                outputs are valid once the hook was called (and the stream got past it).
+
+        Returns:
+            recv_x: `[num_local_experts, num_ranks * num_max_dispatch_tokens_per_rank, hidden]`
+                `torch.bfloat16` received tokens; with `use_fp8`, a tuple of that tensor in
+                `torch.float8_e4m3fn` and its scales (`[.., .., hidden / 128]` `torch.float`, or
+                `[.., .., hidden / 512]` `torch.int32` with `use_ue8m0`; column-major as DeepEP's).
+            recv_count: `[num_local_experts]` `torch.int32` number of tokens each local expert received.
+            handle: the tuple `low_latency_combine` needs to send the results back.
+            event: an EventOverlap to wait for (`async_finish`), else an empty one.
+            hook: the receive hook (`return_recv_hook`), else None.
+
+        Raises:
+            ValueError: a bad input (dtype, shape, hidden, topk_idx values, too many tokens, a buffer
+                too small for the shape), before any kernel runs.
+        """
         ll = self._low_latency()
         (recv_x, recv_scales, recv_count, src_info, layout_range, hook), event = self._run(
             async_finish,
@@ -191,6 +414,35 @@ class Buffer:
                             out: Optional[torch.Tensor] = None,
                             combine_wait_recv_cost_stats: Optional[torch.Tensor] = None) -> \
             Tuple[torch.Tensor, EventOverlap, Callable]:
+        """
+        Send the expert outputs back to the ranks the tokens came from and reduce them with the
+        top-k weights (low-latency mode). Every rank of the group must call it.
+
+        Arguments:
+            x: `[num_local_experts, num_ranks * num_max_dispatch_tokens_per_rank, hidden]`
+                `torch.bfloat16` expert outputs, laid out as the dispatch's `recv_x`.
+            topk_idx: `[num_tokens, num_topk]` `torch.int64`, the `topk_idx` given to the dispatch.
+            topk_weights: `[num_tokens, num_topk]` `torch.float` weights of the reduction.
+            handle: the handle returned by `low_latency_dispatch`.
+            use_logfmt: LogFMT compression; not supported (True raises NotImplementedError).
+            zero_copy: accepted; has no effect (combine reads `x` in place either way).
+            async_finish: whether to run on the communication stream and return an event to wait for.
+            return_recv_hook: if True, launch only the send half and return a hook that receives; the
+                output is valid once the hook was called (and the stream got past it).
+            out: optional `[num_tokens, hidden]` `torch.bfloat16` tensor to write the result into.
+            combine_wait_recv_cost_stats: optional `[num_ranks]` `torch.int64` tensor; the nanoseconds
+                spent waiting for each rank are added to it.
+
+        Returns:
+            combined_x: `[num_tokens, hidden]` `torch.bfloat16`, the weighted sum of each token's expert
+                outputs (`out` when given).
+            event: an EventOverlap to wait for (`async_finish`), else an empty one.
+            hook: the receive hook (`return_recv_hook`), else None.
+
+        Raises:
+            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`.
+            NotImplementedError: `use_logfmt=True`.
+        """
         ll = self._low_latency()
         if use_logfmt:
             raise NotImplementedError("anyep: use_logfmt combine is not supported; use BF16 (use_logfmt=False)")
@@ -209,7 +461,18 @@ class Buffer:
         return combined, event, hook
 
     def get_next_low_latency_combine_buffer(self, handle: tuple) -> torch.Tensor:
-        """A [L, R*T, H] BF16 tensor the expert outputs may be written to (read in place by combine)."""
+        """
+        Get a tensor the expert outputs may be written to before `low_latency_combine` (which reads
+        them in place). The tensor is cached per shape: the next call with the same shape returns it
+        again.
+
+        Arguments:
+            handle: the handle returned by `low_latency_dispatch`.
+
+        Returns:
+            buffer: `[num_local_experts, num_ranks * num_max_dispatch_tokens_per_rank, hidden]`
+                `torch.bfloat16` tensor on the buffer's device.
+        """
         self._low_latency()
         _, _, num_max_dispatch_tokens_per_rank, hidden, num_experts = handle
         key = (num_max_dispatch_tokens_per_rank, hidden, num_experts)

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Device run for the LL layer in ONE call: build what LL needs (with libfabric from .deps for the
 # shm proxy path), the torch-free C++ tests, a one-process Python smoke run (step trace + native
-# backtrace on a crash), then, if the smoke run passes, pytest over the worlds in LL_WORLDS (default:
-# every 2-process path -- NVLink, proxy over cuda-ipc, proxy over libfabric shm -- and 4 processes on
-# 2 GPUs) with the checks in LL_CHECKS (empty: all), and the benchmark at the DeepEP shape for the
-# paths in LL_BENCH_PATHS with the NCCL baseline. Every step runs under `timeout`; logs in $OUT; a
-# table last.
+# backtrace on a crash), then, if the smoke run passes, pytest over the worlds in LL_WORLDS (a
+# pytest -k expression; default: the one-GPU worlds -- 2 and 4 processes sharing GPU 0, over direct
+# stores, proxy over cuda-ipc and proxy over libfabric shm, the proxy ones also under chaos -- and,
+# when two GPUs are visible, the 2-GPU worlds too) with the checks in LL_CHECKS (empty: all), and,
+# on two GPUs, the benchmark at the DeepEP shape for the paths in LL_BENCH_PATHS with the NCCL
+# baseline. Every step runs under `timeout`; logs in $OUT; a table last. Exits 1 when a step failed,
+# timed out or was skipped for lack of budget.
 #
-# Device call (kind nvidia-h200-x2, carry [".deps"]), from the repository root:
+# Device call (kind nvidia-h100-x1 or nvidia-h200; nvidia-h200-x2 adds the 2-GPU worlds and the
+# benchmark; carry [".deps"]), from the repository root:
 #   bash scripts/device/ll.sh            (timeout_s ~ LL_BUDGET_S + 30)
 set -u
 cd "$(dirname "$0")/../.."          # the LL worktree root (.carry/ll on the device)
@@ -26,7 +29,11 @@ export FI_TCP_IFACE=lo NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERE
 PY=$(command -v python3)
 summary=()
 START=$(date +%s)
-BUDGET=${LL_BUDGET_S:-420}
+BUDGET=${LL_BUDGET_S:-540}
+# GPUs this run can use (torch honours CUDA_VISIBLE_DEVICES; nvidia-smi when torch is missing).
+NGPUS=$("$PY" -c 'import torch;print(torch.cuda.device_count())' 2>/dev/null || nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+# Every multi-process world name starts with 2proc or 4proc; the one-GPU ones contain _1gpu.
+if [ "${NGPUS:-0}" -ge 2 ]; then DEFAULT_WORLDS="2proc or 4proc"; else DEFAULT_WORLDS="2proc_1gpu or 4proc_1gpu"; fi
 
 step() {  # step NAME LIMIT CMD...   (the limit shrinks to what is left of BUDGET)
   local name=$1 limit=$2; shift 2
@@ -133,12 +140,16 @@ else
   if [ "$SMOKE_OK" = 2 ]; then
     export ANYEP_LL_CHECK_INPUTS=0   # only the run without the value check passed
   fi
-  step pytest2 "${LL_PYTEST_S:-300}" env ANYEP_TEST_LL_CHECKS=$CHECKS ANYEP_TEST_WORLD_TIMEOUT_S=${LL_WORLD_S:-150} \
+  step pytest2 "${LL_PYTEST_S:-360}" env ANYEP_TEST_LL_CHECKS=$CHECKS ANYEP_TEST_WORLD_TIMEOUT_S=${LL_WORLD_S:-150} \
     ANYEP_TEST_STACKS_AFTER_S=${LL_STACKS_S:-120} ANYEP_LL_TRACE=${LL_TRACE:-0} \
-    "$PY" -m pytest -s -q -rs tests/python/test_ll.py -k "${LL_WORLDS:-2proc or 4proc}" --junitxml="$OUT/pytest2.xml"
-  step bench "${LL_BENCH_S:-120}" env ANYEP_BENCH_TIMEOUT_S=$(( ${LL_BENCH_S:-120} - 5 )) "$PY" bench/ll/bench_ll.py \
-    --iters "${LL_BENCH_ITERS:-200}" --warmup 20 --paths "${LL_BENCH_PATHS:-auto,proxy-libfabric,proxy-cuda-ipc}" \
-    --json "$OUT/bench.json"
+    "$PY" -m pytest -s -q -rs tests/python/test_ll.py -k "${LL_WORLDS:-$DEFAULT_WORLDS}" --junitxml="$OUT/pytest2.xml"
+  if [ "${NGPUS:-0}" -ge 2 ]; then
+    step bench "${LL_BENCH_S:-120}" env ANYEP_BENCH_TIMEOUT_S=$(( ${LL_BENCH_S:-120} - 5 )) "$PY" bench/ll/bench_ll.py \
+      --iters "${LL_BENCH_ITERS:-200}" --warmup 20 --paths "${LL_BENCH_PATHS:-auto,proxy-libfabric,proxy-cuda-ipc}" \
+      --json "$OUT/bench.json"
+  else
+    skip bench "needs 2 GPUs, ${NGPUS:-0} visible"
+  fi
 fi
 
 # ---- summary -----------------------------------------------------------------------------------
@@ -156,4 +167,7 @@ done
 [ -f "$OUT/pytest2.log" ] && { echo "== pytest2"; grep -hE "rank [0-9]+: |passed|failed|PASSED|FAILED|error|Error" "$OUT/pytest2.log" | grep -v "^anyep._C trace" | tail -n 60; }
 [ -f "$OUT/bench.log" ] && { echo "== bench"; tail -n 40 "$OUT/bench.log"; }
 echo "== summary (rc 124: timeout; rc > 128: killed by signal rc-128)"
+echo "GPUs visible: ${NGPUS:-0}; worlds: ${LL_WORLDS:-$DEFAULT_WORLDS}"
 printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | grep -qE 'rc=[1-9]|budget spent' && exit 1
+exit 0

@@ -277,10 +277,21 @@ def c_cuda_graph(c):
     del graph
 
 
+def ll_iters():
+    """Round trips of c_200_iterations: ANYEP_TEST_LL_ITERS (default 200). The one-GPU worlds set
+    a few: their processes are time-sliced on one GPU (slow but correct)."""
+    v = os.environ.get("ANYEP_TEST_LL_ITERS", "200")
+    if not v.isdigit() or int(v) < 1:
+        raise ValueError(f"ANYEP_TEST_LL_ITERS={v!r}: expected a positive number of round trips")
+    return int(v)
+
+
 def c_200_iterations(c):
+    """Many back-to-back round trips (ll_iters(), 200 unless the world asks for fewer), both formats,
+    token counts changing every call."""
     E, T, H, K = e_small(c.world), 32, 1024, 4
     modes = ["bf16", "fp8"]
-    for it in range(200):
+    for it in range(ll_iters()):
         c.roundtrip(10_000 + it, T, H, K, E, mode=modes[it % 2], n_of=lambda s, it=it: (it * 7 + s * 5) % (T + 1))
 
 
@@ -386,12 +397,14 @@ class Progress:
     """Per-rank progress lines, flushed at once (a killed run still shows how far it got)."""
 
     def __init__(self, rank, world):
+        # The world's name (test_ll.py sets it): worlds with the same process count keep their own logs.
+        self.name = os.environ.get("ANYEP_TEST_WORLD") or f"w{world}"
         d = os.environ.get("ANYEP_TEST_LOG_DIR", "")
-        self.f = open(os.path.join(d, f"ll_w{world}_r{rank}.log"), "w") if d else None
+        self.f = open(os.path.join(d, f"ll_{self.name}_r{rank}.log"), "w") if d else None
         self.rank = rank
 
     def __call__(self, msg):
-        line = f"{time.strftime('%H:%M:%S')} rank {self.rank}: {msg}"
+        line = f"{time.strftime('%H:%M:%S')} {self.name} rank {self.rank}: {msg}"
         print(line, flush=True)
         if self.f:
             self.f.write(line + "\n")
@@ -417,6 +430,9 @@ def settle(buf, progress):
 
 
 def worker(rank, world, ngpus, port, queue, env=None):
+    """One rank of a world: `world` processes on `ngpus` GPUs, rank r on GPU r % ngpus (ngpus=1:
+    every rank shares GPU 0). `env` is applied before anyep reads it (path, provider, chaos seed,
+    iteration count). Puts (rank, {check: "ok" | failure text}) on `queue`."""
     os.environ.update(env or {})  # before anyep reads it (path, provider)
     results = {}
     progress = Progress(rank, world)
@@ -436,9 +452,13 @@ def worker(rank, world, ngpus, port, queue, env=None):
         buf = deep_ep.Buffer(dist.group.WORLD, 0, size, low_latency_mode=True, num_qps_per_rank=1)
         paths = buf.describe_paths()
         progress(f"buffer of {size} bytes connected on GPU {rank % ngpus}: {paths}")
-        # The world really takes the path it names (a proxy world must not fall back to NVLink).
+        # The world really takes the path it names (a proxy world must not fall back to NVLink),
+        # and a chaos world's proxy endpoints really are wrapped (the transport factory applies
+        # ANYEP_CHAOS_SEED; the chaos transport names itself "chaos(<inner>)").
         want_proxy = (env or {}).get("ANYEP_LL_PATH", "auto") != "auto" and world > 1
+        want_chaos = want_proxy and bool(os.environ.get("ANYEP_CHAOS_SEED"))  # the world's or inherited
         assert ("proxy (" in paths) == want_proxy and ("direct stores to ranks" in paths), paths
+        assert ("chaos(" in paths) == want_chaos, f"chaos wrapper {'missing' if want_chaos else 'unexpected'}: {paths}"
         ctx = Ctx(rank, world, buf, anyep)
         for check in CHECKS:
             t0 = time.time()

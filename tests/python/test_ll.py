@@ -1,6 +1,7 @@
 """Device tests of the LL Buffer (pytest). Each world configuration spawns its processes once and
 runs every check in ll_harness.CHECKS; each check is reported as its own test. Skips, saying why,
-without torch, without the compiled extension, or with fewer than 2 GPUs."""
+without torch, without the compiled extension, or when the machine has fewer GPUs than a world
+needs (the one-GPU worlds run wherever one GPU is visible)."""
 import os
 import socket
 import sys
@@ -35,16 +36,43 @@ import ll_harness  # noqa: E402
 
 # ANYEP_TEST_LL_CHECKS (comma list) narrows the run to some checks; the others are not collected.
 CHECK_NAMES = [c.__name__ for c in ll_harness.CHECKS] + (["c_timeout"] if ll_harness.timeout_selected() else [])
-# name: (processes, GPUs, environment of every rank). The proxy worlds treat each process as its own
-# node, so every peer goes through the CPU proxy: over the cuda-ipc transport (GPU memory, copy
-# engines) or libfabric shm (host-staged buffer: this libfabric cannot register GPU memory).
+# Paths. The proxy ones treat each process as its own node, so every peer goes through the CPU
+# proxy: over the cuda-ipc transport (GPU memory, copies through the CUDA runtime) or libfabric shm
+# (host-staged buffer: this libfabric cannot register GPU memory).
+DIRECT = {"ANYEP_LL_PATH": "auto"}
+# Host waits poll events here (ll_harness.wait_gpu: blocking CUDA calls stall the copies).
+PROXY_CUDAIPC = {"ANYEP_LL_PATH": "proxy-cuda-ipc", "ANYEP_TEST_SPIN_WAIT": "1"}
+PROXY_SHM = {"ANYEP_LL_PATH": "proxy-libfabric", "ANYEP_FI_PROVIDER": "shm"}
+# Chaos: the transport factory wraps every endpoint the LL runtime creates in the chaos transport
+# (reordered, delayed completions and immediates); the harness checks that it did. A fixed seed,
+# so a failure replays.
+CHAOS = {"ANYEP_CHAOS_SEED": "9091"}
+# Processes sharing one GPU are time-sliced (slow but correct): few round trips in the long check.
+ONE_GPU = {"ANYEP_TEST_LL_ITERS": "8"}
+# Four processes on one GPU with 4 proxy threads each would spin 16 threads on the device
+# machine's 16 cores beside the ranks themselves; 2 threads each leave room.
+FOUR_ON_ONE = {"ANYEP_PROXY_THREADS": "2"}
+
+# name: (processes, GPUs, environment of every rank). Rank r runs on GPU r % GPUs.
 WORLDS = {
     "1proc_1gpu": (1, 1, {}),
-    "2proc_2gpu": (2, 2, {"ANYEP_LL_PATH": "auto"}),
-    # Host waits poll events here (ll_harness.wait_gpu: blocking CUDA calls stall the copies).
-    "2proc_2gpu_proxy_cudaipc": (2, 2, {"ANYEP_LL_PATH": "proxy-cuda-ipc", "ANYEP_TEST_SPIN_WAIT": "1"}),
-    "2proc_2gpu_proxy_shm": (2, 2, {"ANYEP_LL_PATH": "proxy-libfabric", "ANYEP_FI_PROVIDER": "shm"}),
-    "4proc_2gpu": (4, 2, {"ANYEP_LL_PATH": "auto"}),
+    "2proc_2gpu": (2, 2, DIRECT),
+    "2proc_2gpu_proxy_cudaipc": (2, 2, PROXY_CUDAIPC),
+    "2proc_2gpu_proxy_shm": (2, 2, PROXY_SHM),
+    "4proc_2gpu": (4, 2, DIRECT),
+    # One GPU shared by every rank: direct stores go through CUDA IPC between processes of the same
+    # device. Chaos only changes the proxy paths (direct stores create no transport), so the
+    # direct-store worlds have no chaos variant.
+    "2proc_1gpu": (2, 1, {**DIRECT, **ONE_GPU}),
+    "2proc_1gpu_proxy_cudaipc": (2, 1, {**PROXY_CUDAIPC, **ONE_GPU}),
+    "2proc_1gpu_proxy_cudaipc_chaos": (2, 1, {**PROXY_CUDAIPC, **CHAOS, **ONE_GPU}),
+    "2proc_1gpu_proxy_shm": (2, 1, {**PROXY_SHM, **ONE_GPU}),
+    "2proc_1gpu_proxy_shm_chaos": (2, 1, {**PROXY_SHM, **CHAOS, **ONE_GPU}),
+    "4proc_1gpu": (4, 1, {**DIRECT, **ONE_GPU}),
+    "4proc_1gpu_proxy_cudaipc": (4, 1, {**PROXY_CUDAIPC, **ONE_GPU, **FOUR_ON_ONE}),
+    "4proc_1gpu_proxy_cudaipc_chaos": (4, 1, {**PROXY_CUDAIPC, **CHAOS, **ONE_GPU, **FOUR_ON_ONE}),
+    "4proc_1gpu_proxy_shm": (4, 1, {**PROXY_SHM, **ONE_GPU, **FOUR_ON_ONE}),
+    "4proc_1gpu_proxy_shm_chaos": (4, 1, {**PROXY_SHM, **CHAOS, **ONE_GPU, **FOUR_ON_ONE}),
 }
 
 
@@ -65,6 +93,7 @@ def run_world(name):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
+    env = {**env, "ANYEP_TEST_WORLD": name}  # names the ranks' log lines and files
     procs = [ctx.Process(target=ll_harness.worker, args=(r, world, ngpus, port, queue, env)) for r in range(world)]
     for p in procs:
         p.start()
@@ -99,8 +128,9 @@ def run_world(name):
 @pytest.mark.parametrize("check", CHECK_NAMES)
 def test_ll(world, check):
     nranks, ngpus, _ = WORLDS[world]
-    if torch.cuda.device_count() < ngpus:
-        pytest.skip(f"{world} needs {ngpus} GPUs, found {torch.cuda.device_count()}")
+    visible = torch.cuda.device_count()
+    if visible < ngpus:
+        pytest.skip(f"{world} needs {ngpus} GPUs, {visible} visible")
     if check == "c_timeout" and nranks == 1:
         pytest.skip("a timeout needs a silent peer (2 or more ranks)")
     results = run_world(world)
