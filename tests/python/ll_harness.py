@@ -334,7 +334,8 @@ def c_bad_input(c):
     # Combine: a real handle, wrong tensors.
     recv, cnt, handle, _, _ = b.low_latency_dispatch(x, idx, T, E, use_fp8=False)
     wait_gpu()
-    expect_error(ValueError, "x must have shape", lambda: b.low_latency_combine(recv[:, :T].contiguous(), idx, w, handle))
+    # One row short of [L, R*T, H] (recv[:, :T] would be the whole tensor with one rank).
+    expect_error(ValueError, "x must have shape", lambda: b.low_latency_combine(recv[:, 1:].contiguous(), idx, w, handle))
     expect_error(ValueError, "topk_weights must be Float", lambda: b.low_latency_combine(recv, idx, w.double(), handle))
     expect_error(ValueError, "handle", lambda: b.low_latency_combine(recv, idx, w, (handle[0].clone(),) + handle[1:]))
     # The state is still consistent: a correct combine for that dispatch works.
