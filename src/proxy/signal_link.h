@@ -1,7 +1,8 @@
 // anyep/src/proxy/signal_link.h — one proxy thread's SIGNAL traffic with every peer (thread i of
 // each rank talks to thread i of every other): outgoing records staged in registered memory,
 // per-peer sequence numbers and credits, and the receive side — the signal area peers write their
-// records into, which slots were read, credits owed back (docs/proxy.md, "Signals and credits").
+// records into, which slots were read, credits owed back (docs/proxy.md, "Immediate format": the
+// signal record and its flow control).
 //
 // Owns no thread and no ring: the proxy thread validates a SIGNAL, then calls send(); it feeds
 // local completions, kSignal and kCredit immediates in, and calls send_credits() when
