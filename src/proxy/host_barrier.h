@@ -8,6 +8,7 @@
 // every other local rank maps it, then the leader unlinks the name at once (nothing is left in
 // /dev/shm after setup, even if a process dies later). Names carry a per-job random token, so
 // parallel jobs and tests never collide.
+// What a proxy thread does with these words during a BARRIER: barrier_tracker.h.
 #pragma once
 
 #include <atomic>

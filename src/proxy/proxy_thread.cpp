@@ -9,11 +9,6 @@
 namespace anyep::proxy {
 
 namespace {
-// Completion context: bits 0..15 local ring (kNoRing: not counted against a ring),
-// bits 16..47 staging slot + 1 (0: none).
-constexpr uint64_t kNoRing = 0xffff;
-constexpr uint64_t ctx(uint64_t ring, uint64_t staging_plus_one = 0) { return ring | (staging_plus_one << 16); }
-
 anyepStatus status_of(int rc) {
   switch (rc) {
     case -ETIMEDOUT: return anyepTimeout;
@@ -22,44 +17,49 @@ anyepStatus status_of(int rc) {
     default: return anyepInternalError;
   }
 }
+
+SignalLinkConfig link_config(const ThreadSetup& s) {
+  return SignalLinkConfig{s.rank, s.num_ranks, s.cfg.signal_slots, s.cfg.staging_slots};
+}
+
+// Checked before anything is registered on the endpoint.
+const ThreadSetup& checked(const ThreadSetup& s, size_t num_rings) {
+  if (num_rings > 64)
+    throw InvalidArgument("proxy thread " + std::to_string(s.index) + ": " + std::to_string(num_rings) +
+                          " rings; at most 64 per thread (use more threads)");
+  SignalLink::check(link_config(s));
+  if (s.cfg.batch == 0) throw InvalidArgument("proxy: staging_slots and batch must be >= 1");
+  if (!s.hosts || s.hosts->host_of.size() != s.num_ranks || s.hosts->rank != s.rank)
+    throw InternalError("proxy thread: no host layout");
+  return s;
+}
+
+// The symmetric regions get ids 0..k-1 on every rank; returns k (the signal link's first id).
+transport::MrId register_regions(transport::Transport& ep, const SymmetricMemory& sym) {
+  for (uint32_t k = 0; k < sym.regions().size(); ++k) {
+    const Region& r = sym.regions()[k];
+    if (ep.register_memory(r.base, r.length, r.kind) != k)
+      throw InternalError("proxy: transport assigned an unexpected id to region '" + r.name + "'");
+  }
+  return static_cast<transport::MrId>(sym.regions().size());
+}
+
 }  // namespace
 
 ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transport> ep, const SymmetricMemory& sym,
                          std::vector<RingConsumer*> rings, AsyncError& err)
-    : s_(s), ep_(std::move(ep)), sym_(sym), err_(err), engine_(s.engine) {
-  if (rings.size() > 64)
-    throw InvalidArgument("proxy thread " + std::to_string(s.index) + ": " + std::to_string(rings.size()) +
-                          " rings; at most 64 per thread (use more threads)");
-  if (s.cfg.signal_slots < 4 || (s.cfg.signal_slots & (s.cfg.signal_slots - 1)))
-    throw InvalidArgument("proxy: signal_slots must be a power of two >= 4 (got " + std::to_string(s.cfg.signal_slots) + ")");
-  if (s.cfg.staging_slots == 0 || s.cfg.batch == 0)
-    throw InvalidArgument("proxy: staging_slots and batch must be >= 1");
-  if (!s.hosts || s.hosts->host_of.size() != s.num_ranks) throw InternalError("proxy thread: no host layout");
-  for (RingConsumer* r : rings) rings_.push_back(RingState{r});
-
-  const uint32_t n = s.num_ranks;
-  for (uint32_t k = 0; k < sym.regions().size(); ++k) {
-    const Region& r = sym.regions()[k];
-    if (ep_->register_memory(r.base, r.length, r.kind) != k)
-      throw InternalError("proxy: transport assigned an unexpected id to region '" + r.name + "'");
+    : s_(checked(s, rings.size())),
+      ep_(std::move(ep)),
+      sym_(sym),
+      err_(err),
+      engine_(s.engine),
+      link_(link_config(s), *ep_, register_regions(*ep_, sym)),
+      barrier_(*s.hosts, s.shm, s.index, *ep_) {
+  for (RingConsumer* r : rings) {
+    rings_.emplace_back();
+    rings_.back().ring = r;
   }
-  const size_t area = static_cast<size_t>(n) * s.cfg.signal_slots;
-  signal_area_.reset(new SignalRecord[area]());
-  staging_.reset(new SignalRecord[s.cfg.staging_slots]());
-  signal_mr_ = ep_->register_memory(signal_area_.get(), area * sizeof(SignalRecord), transport::MemKind::kHost);
-  staging_mr_ = ep_->register_memory(staging_.get(), s.cfg.staging_slots * sizeof(SignalRecord), transport::MemKind::kHost);
-  if (signal_mr_ != sym.regions().size() || staging_mr_ != signal_mr_ + 1)
-    throw InternalError("proxy: transport assigned unexpected ids to the signal areas");
-  staging_busy_.assign(s.cfg.staging_slots, 0);
-
-  send_groups_.resize(static_cast<size_t>(n) * s.cfg.num_tags);
-  sig_seq_.assign(n, 0);
-  sig_credit_.assign(n, s.cfg.signal_slots);
-  freed_.assign(n, 0);
-  slot_read_.assign(area, 0);
-  next_unread_.assign(n, 0);
-  credit_owed_.assign(n, 0);
-  for (int k = 0; k < 2; ++k) barriers_in_[k].assign(n, 0), epoch_in_[k].assign(2 * static_cast<size_t>(n), 0);
+  send_groups_.resize(static_cast<size_t>(s.num_ranks) * s.cfg.num_tags);
   batch_.resize(s.cfg.batch);
   wq_.resize(s.cfg.batch);
   wq_tag_.resize(s.cfg.batch);
@@ -99,7 +99,9 @@ void ProxyThread::run(const std::atomic<bool>& stop) {
     bool busy = false;
     for (uint32_t r = 0; r < rings_.size() && !failed_; ++r) busy |= service_ring(r, now);
     if (!failed_) busy |= poll_transport(now);
-    if (credits_pending_ && !failed_) send_credits();
+    if (link_.credits_pending() && !failed_) {
+      if (link_.send_credits()) fatal(anyepTransportError, where(~0u) + ": " + link_.last_error());
+    }
     if ((iter & 255) == 0 && !failed_) check_timeouts(now);
     if (busy) {
       idle = 0;
@@ -184,14 +186,8 @@ uint32_t ProxyThread::flush_writes(uint32_t r, uint32_t n, Step* stop) {
   }
   rings_[r].outstanding += posted;
   local_.writes += posted;
-  if (rc == -EAGAIN) {
-    local_.eagain += 1;
-    *stop = Step::kRetry;  // the loop polls completions, then retries the rest
-  } else if (rc) {
-    fatal(anyepTransportError, where(r) + ": posting WRITE to rank " + std::to_string(wq_[posted].dst_rank) +
-                                   " failed: " + ep_->last_error());
-    *stop = Step::kFailed;
-  }
+  // Not all went out: the loop polls completions, then retries the rest (or the error stops it).
+  if (rc) *stop = post_result(r, rc, "WRITE", wq_[posted].dst_rank);
   return static_cast<uint32_t>(posted);
 }
 
@@ -203,14 +199,9 @@ ProxyThread::Step ProxyThread::execute(uint32_t r, const TransferCmd& c, uint64_
     case Op::kQuiet: return start_quiet(r, c, now);
     case Op::kBarrier: {
       RingState& st = rings_[r];
-      const bool rail = cmd_flags(c) & cmd::kBarrierRail;
       st.block = Block::kBarrier;
       st.since_ns = now;
-      st.rail = rail;
-      st.epoch = cmd_epoch(c);
-      st.target = ++barriers_out_[rail];
-      st.next_peer = 0;
-      st.phase = 0;
+      barrier_.begin(st.barrier, cmd_flags(c) & cmd::kBarrierRail, cmd_epoch(c));
       return Step::kBlocked;
     }
     default:
@@ -219,18 +210,15 @@ ProxyThread::Step ProxyThread::execute(uint32_t r, const TransferCmd& c, uint64_
   }
 }
 
-ProxyThread::Step ProxyThread::post(uint32_t r, const transport::WriteDesc& w, const char* what) {
-  const int rc = ep_->post_write(w);
+ProxyThread::Step ProxyThread::post_result(uint32_t r, int rc, const char* what, uint32_t dst) {
+  if (rc == 0) return Step::kDone;
   if (rc == -EAGAIN) {
     local_.eagain += 1;
-    return Step::kRetry;  // the loop polls completions, then retries this command
+    return Step::kRetry;  // the loop polls completions (and credits), then retries the command
   }
-  if (rc) {
-    fatal(anyepTransportError, where(r) + ": posting " + what + " to rank " + std::to_string(w.dst_rank) +
-                                   " failed: " + ep_->last_error());
-    return Step::kFailed;
-  }
-  return Step::kDone;
+  fatal(anyepTransportError,
+        where(r) + ": posting " + what + " to rank " + std::to_string(dst) + " failed: " + ep_->last_error());
+  return Step::kFailed;
 }
 
 bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
@@ -267,7 +255,7 @@ bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
   // Bypass: the receiver needs an immediate only to apply a piggybacked +1.
   w.has_imm = !s_.bypass || plus_one;
   w.imm = imm::make_write(tag, g.segment, plus_one);
-  w.context = ctx(r);
+  w.context = completion::make(r);
   wq_tag_[slot] = tag;
   return true;
 }
@@ -285,38 +273,17 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
                             std::to_string(s_.engine.num_counters));
   if ((flags & cmd::kFenceCount) && (flags & cmd::kFenceOrdered))
     return reject(r, c, "SIGNAL asks for both the count fence and the ordered fence");
-  if (sig_credit_[dst] == 0 || staging_busy_[staging_next_]) {
-    local_.eagain += 1;
-    return Step::kRetry;  // the loop polls completions and credits, then retries
-  }
   SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.cfg.num_tags + tag];
   const Fence fence = (flags & cmd::kFenceCount) ? Fence::kCount : (flags & cmd::kFenceOrdered) ? Fence::kOrdered : Fence::kNone;
-  const uint32_t seq = sig_seq_[dst];
-  const uint32_t slot = staging_next_;
-  SignalRecord& rec = staging_[slot];
-  rec = SignalRecord{};
-  rec.seq = seq;
+  SignalRecord rec{};  // seq: the link's
   rec.counter = counter;
   rec.value = cmd_signal_value(c);
   rec.tag = static_cast<uint16_t>(tag);
   rec.fence = static_cast<uint8_t>(fence);
   rec.segment = g.segment;
   rec.fence_count = fence == Fence::kOrdered ? g.writes : cmd_fence_count(c);
-  transport::WriteDesc w;
-  w.dst_rank = dst;
-  w.local_mr = staging_mr_;
-  w.local_offset = static_cast<uint64_t>(slot) * sizeof(SignalRecord);
-  w.remote_mr = signal_mr_;
-  w.remote_offset = (static_cast<uint64_t>(s_.rank) * s_.cfg.signal_slots + (seq & (s_.cfg.signal_slots - 1))) * sizeof(SignalRecord);
-  w.length = sizeof(SignalRecord);
-  w.has_imm = true;
-  w.imm = imm::make_signal(seq);
-  w.context = ctx(r, slot + 1);
-  if (const Step st = post(r, w, "SIGNAL"); st != Step::kDone) return st;
-  staging_busy_[slot] = 1;
-  staging_next_ = slot + 1 == s_.cfg.staging_slots ? 0 : slot + 1;
-  sig_seq_[dst] = (seq + 1) & imm::kSeqMask;
-  --sig_credit_[dst];
+  // -EAGAIN also when no credit or staging slot is free: retried after polling completions and credits.
+  if (const Step st = post_result(r, link_.send(dst, rec, r), "SIGNAL", dst); st != Step::kDone) return st;
   if (fence == Fence::kOrdered) {
     ++g.segment;  // uint8_t: wraps mod 256 with the wire field
     g.writes = 0;
@@ -348,105 +315,20 @@ ProxyThread::Step ProxyThread::start_quiet(uint32_t r, const TransferCmd& c, uin
   return Step::kBlocked;
 }
 
-bool ProxyThread::in_barrier_set(uint32_t peer, bool rail) const {
-  // Rail: the same index on every host. All ranks: host leaders over the transport (the other
-  // local ranks meet their leader in shared memory); with one rank per host, every rank.
-  const HostLayout& L = *s_.hosts;
-  return rail ? L.local_index[peer] == L.local_index[s_.rank] : L.is_leader(peer);
-}
-
 bool ProxyThread::try_finish(uint32_t r, uint64_t now) {
   RingState& st = rings_[r];
   if (st.block == Block::kQuiet) {
     for (uint64_t b = st.quiet_mask; b; b &= b - 1)
       if (rings_[__builtin_ctzll(b)].outstanding) return false;
     for (uint64_t b = st.quiet_mask & ~(1ull << r); b; b &= b - 1) --rings_[__builtin_ctzll(b)].frozen;
-  } else if (st.rail || !s_.shm) {
-    if (!flat_barrier(r)) return false;
-  } else if (!host_barrier(r)) {
+  } else if (const int rc = barrier_.advance(st.barrier, st.outstanding, completion::make(r)); rc <= 0) {
+    if (rc < 0) fatal(status_of(rc), where(r) + ": " + barrier_.last_error());
     return false;
   }
   st.block = Block::kNone;
   st.ring->pop(1);
   local_.commands += 1;
   (void)now;
-  return true;
-}
-
-bool ProxyThread::host_barrier(uint32_t r) {
-  RingState& st = rings_[r];
-  const HostLayout& L = *s_.hosts;
-  const uint32_t epoch = static_cast<uint32_t>(st.epoch);
-  if (st.phase == 0) {
-    // Our writes are remotely complete before we announce arrival, so whoever leaves sees them.
-    if (st.outstanding) return false;
-    BarrierWord& w = s_.shm->arrival(s_.index, L.local_index[s_.rank]);
-    w.epoch.store(epoch, std::memory_order_relaxed);
-    // Release: the epoch (and everything this rank did before) is visible to the leader that
-    // acquires the count.
-    w.count.store(static_cast<uint32_t>(st.target), std::memory_order_release);
-    st.phase = 1;
-  }
-  BarrierWord& rel = s_.shm->release(s_.index);
-  if (!L.leader()) return rel.count.load(std::memory_order_acquire) >= st.target;
-  if (st.phase == 1) {
-    for (uint32_t j = 1; j < L.local_size(); ++j)
-      if (s_.shm->arrival(s_.index, j).count.load(std::memory_order_acquire) < st.target) return false;
-    // A local rank cannot have entered the next barrier yet (it waits for our release), so the
-    // epoch read here is the one it stored for this barrier.
-    for (uint32_t j = 1; j < L.local_size(); ++j) {
-      const uint32_t e = s_.shm->arrival(s_.index, j).epoch.load(std::memory_order_relaxed);
-      if (e != epoch) {
-        fatal(anyepInvalidArgument, where(r) + ": BARRIER #" + std::to_string(st.target) + ": " +
-                                        L.name(L.local_ranks[j]) + " entered it with epoch " + std::to_string(e) +
-                                        " but this rank with epoch " + std::to_string(epoch) + " (mismatched barriers)");
-        return false;
-      }
-    }
-    st.phase = 2;
-  }
-  if (L.num_hosts > 1 && !flat_barrier(r)) return false;
-  rel.epoch.store(epoch, std::memory_order_relaxed);
-  // Release: every local rank that acquires this count leaves after all hosts entered.
-  rel.count.store(static_cast<uint32_t>(st.target), std::memory_order_release);
-  return true;
-}
-
-bool ProxyThread::flat_barrier(uint32_t r) {
-  RingState& st = rings_[r];
-  // BARRIER: this ring's writes are remotely complete first, so whoever leaves the barrier
-  // sees them; then our arrival goes to every member; then we wait for theirs.
-  if (st.outstanding) return false;
-  for (; st.next_peer < s_.num_ranks; ++st.next_peer) {
-    const uint32_t p = st.next_peer;
-    if (p == s_.rank || !in_barrier_set(p, st.rail)) continue;
-    // Counted on this ring: the barrier retires only once our arrivals are complete too, so a
-    // peer that leaves the barrier and shuts down cannot strand our arrival in its transport.
-    const int rc = ep_->post_imm(p, imm::make_barrier(static_cast<uint32_t>(st.epoch), st.rail), ctx(r));
-    if (rc == -EAGAIN) return false;
-    if (rc) {
-      fatal(anyepTransportError, where(r) + ": BARRIER: posting to rank " + std::to_string(p) + " failed: " + ep_->last_error());
-      return false;
-    }
-    ++st.outstanding;
-  }
-  if (st.outstanding) return false;
-  for (uint32_t p = 0; p < s_.num_ranks; ++p)
-    if (p != s_.rank && in_barrier_set(p, st.rail) && barriers_in_[st.rail][p] < st.target) return false;
-  // A member is at most one barrier ahead (it needs our arrival to leave this one), so arrivals
-  // n and n+1 sit in different halves of its two-entry epoch record.
-  const uint32_t mine = static_cast<uint32_t>(st.epoch) & imm::kEpochMask;
-  for (uint32_t p = 0; p < s_.num_ranks; ++p) {
-    if (p == s_.rank || !in_barrier_set(p, st.rail)) continue;
-    const uint32_t e = epoch_in_[st.rail][2 * p + (st.target & 1)];
-    if (e != mine) {
-      fatal(anyepInvalidArgument, where(r) + ": " + (st.rail ? "rail " : "") + "BARRIER #" + std::to_string(st.target) +
-                                      ": " + s_.hosts->name(p) + " entered it with epoch " + std::to_string(e) +
-                                      " but this rank with epoch " + std::to_string(mine) +
-                                      " (mod 2^16; mismatched barriers)");
-      return false;
-    }
-  }
   return true;
 }
 
@@ -462,9 +344,8 @@ bool ProxyThread::poll_transport(uint64_t now) {
       fatal(anyepTransportError, where(~0u) + ": a write failed (" + std::to_string(c.status) + "): " + ep_->last_error());
       return false;
     }
-    const uint64_t ring = c.context & 0xffff, slot = c.context >> 16;
-    if (ring != kNoRing) --rings_[ring].outstanding;
-    if (slot) staging_busy_[slot - 1] = 0;
+    if (const uint64_t ring = completion::ring(c.context); ring != completion::kNoRing) --rings_[ring].outstanding;
+    link_.on_complete(c.context);
   }
   for (size_t i = 0; i < ni; ++i) {
     const uint32_t src = imms_[i].src_rank, v = imms_[i].imm;
@@ -476,53 +357,23 @@ bool ProxyThread::poll_transport(uint64_t now) {
     switch (imm::kind(v)) {
       case imm::Kind::kWrite: rc = engine_.on_write(src, v, now); break;
       case imm::Kind::kSignal: {
-        const uint32_t seq = imm::signal_seq(v);
-        // The transport reports the immediate only after the record landed; copy it out now so
-        // the slot can be handed back to the sender.
-        const SignalRecord rec = signal_area_[static_cast<size_t>(src) * s_.cfg.signal_slots + (seq & (s_.cfg.signal_slots - 1))];
-        if (rec.seq != seq) {
-          fatal(anyepTransportError, where(~0u) + ": signal record " + std::to_string(seq) + " from rank " +
-                                         std::to_string(src) + " holds sequence " + std::to_string(rec.seq) +
-                                         " (slot overwritten or lost)");
+        SignalRecord rec;
+        if (link_.receive(src, v, &rec)) {
+          fatal(anyepTransportError, where(~0u) + ": " + link_.last_error());
           return false;
         }
         rc = engine_.on_signal(src, rec, now);
-        // Records may be read out of order (unordered transports): a slot is handed back only
-        // when every earlier slot of this sender was read too, so credits free a contiguous run.
-        uint8_t* read = &slot_read_[static_cast<size_t>(src) * s_.cfg.signal_slots];
-        read[seq & (s_.cfg.signal_slots - 1)] = 1;
-        for (uint32_t& n = next_unread_[src]; read[n & (s_.cfg.signal_slots - 1)]; n = (n + 1) & imm::kSeqMask) {
-          read[n & (s_.cfg.signal_slots - 1)] = 0;
-          ++freed_[src];
-        }
-        if (freed_[src] >= s_.cfg.signal_slots / 4) {
-          credit_owed_[src] += freed_[src];
-          freed_[src] = 0;
-          credits_pending_ = true;
-        }
         break;
       }
       case imm::Kind::kBarrier:
-        if (!imm::barrier_reserved_clear(v)) {
-          fatal(anyepTransportError, where(~0u) + ": malformed barrier immediate from rank " + std::to_string(src));
+        if (barrier_.on_arrival(src, v)) {
+          fatal(anyepTransportError, where(~0u) + ": " + barrier_.last_error());
           return false;
         }
-      {
-        const bool rail = imm::barrier_rail(v);
-        if (!in_barrier_set(src, rail) || (!rail && !s_.hosts->leader())) {
-          fatal(anyepTransportError, where(~0u) + ": " + (rail ? "rail " : "") + "barrier arrival from " +
-                                         s_.hosts->name(src) + ", which is not a member of this rank's barrier " +
-                                         "(ranks disagree on the host layout?)");
-          return false;
-        }
-        const uint32_t n = ++barriers_in_[rail][src];
-        epoch_in_[rail][2 * src + (n & 1)] = static_cast<uint16_t>(imm::barrier_epoch(v));
         break;
-      }
       case imm::Kind::kCredit:
-        sig_credit_[src] += imm::credit_slots(v);
-        if (sig_credit_[src] > s_.cfg.signal_slots) {
-          fatal(anyepTransportError, where(~0u) + ": rank " + std::to_string(src) + " returned more signal credits than exist");
+        if (link_.on_credit(src, v)) {
+          fatal(anyepTransportError, where(~0u) + ": " + link_.last_error());
           return false;
         }
         break;
@@ -533,57 +384,6 @@ bool ProxyThread::poll_transport(uint64_t now) {
     }
   }
   return nc + ni > 0;
-}
-
-void ProxyThread::send_credits() {
-  credits_pending_ = false;
-  for (uint32_t p = 0; p < s_.num_ranks; ++p) {
-    if (!credit_owed_[p]) continue;
-    const int rc = ep_->post_imm(p, imm::make_credit(credit_owed_[p]), ctx(kNoRing));
-    if (rc == -EAGAIN) {
-      credits_pending_ = true;
-      return;
-    }
-    if (rc) {
-      fatal(anyepTransportError, where(~0u) + ": returning signal credits to rank " + std::to_string(p) + " failed: " + ep_->last_error());
-      return;
-    }
-    credit_owed_[p] = 0;
-  }
-}
-
-std::string ProxyThread::barrier_missing(const RingState& st) const {
-  const HostLayout& L = *s_.hosts;
-  std::string m;
-  uint32_t shown = 0;
-  if (st.outstanding) m = " (own ring still has " + std::to_string(st.outstanding) + " incomplete writes)";
-  const bool local = !st.rail && s_.shm;
-  if (local && st.phase >= 1) {
-    // Ranks of this host that have not stored their arrival (any local rank can read the words).
-    for (uint32_t j = 0; j < L.local_size() && shown < 16; ++j) {
-      const uint32_t c = s_.shm->arrival(s_.index, j).count.load(std::memory_order_acquire);
-      const uint32_t p = L.local_ranks[j];
-      if (c < st.target)
-        m += " rank " + std::to_string(p) + " (host " + std::to_string(L.host) + ", entered " + std::to_string(c) + ")", ++shown;
-    }
-    if (!L.leader()) {
-      if (!shown)
-        m += " another host: every rank of host " + std::to_string(L.host) + " entered; its leader rank " +
-             std::to_string(L.leader_of_host[L.host]) + " waits for the other hosts' leaders";
-      return m;
-    }
-    if (shown || st.phase < 2) return m;
-  } else if (local) {
-    return m;
-  }
-  for (uint32_t p = 0; p < s_.num_ranks && shown < 16; ++p)
-    if (p != s_.rank && in_barrier_set(p, st.rail) && barriers_in_[st.rail][p] < st.target) {
-      const std::string n = std::to_string(barriers_in_[st.rail][p]);
-      m += local ? " host " + std::to_string(L.host_of[p]) + " (its leader rank " + std::to_string(p) + " entered " + n + ")"
-                 : " rank " + std::to_string(p) + " (host " + std::to_string(L.host_of[p]) + ", entered " + n + ")";
-      ++shown;
-    }
-  return m;
 }
 
 void ProxyThread::check_timeouts(uint64_t now) {
@@ -609,9 +409,10 @@ void ProxyThread::check_timeouts(uint64_t now) {
       }
       fatal(anyepTimeout, where(r) + ": QUIET waited more than " + limit + " for remote completion of earlier commands:" + what);
     } else {
-      fatal(anyepTimeout, where(r) + ": " + (st.rail ? "rail " : "") + "BARRIER #" + std::to_string(st.target) +
-                              " (epoch " + std::to_string(st.epoch) + ") waited more than " + limit +
-                              "; not entered by:" + barrier_missing(st));
+      const BarrierState& b = st.barrier;
+      fatal(anyepTimeout, where(r) + ": " + (b.rail ? "rail " : "") + "BARRIER #" + std::to_string(b.target) +
+                              " (epoch " + std::to_string(b.epoch) + ") waited more than " + limit +
+                              "; not entered by:" + barrier_.missing(b, st.outstanding));
     }
     return;
   }

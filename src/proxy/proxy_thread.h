@@ -1,5 +1,9 @@
-// anyep/src/proxy/proxy_thread.h — one proxy thread: its rings, its transport endpoint, its
-// ordering engine, and the loop that drives them (docs/proxy.md describes each op).
+// anyep/src/proxy/proxy_thread.h — one proxy thread: its rings, its transport endpoint, and the
+// loop that drives them (docs/proxy.md describes each op). The thread services its rings (WRITE
+// batching, QUIET) and polls the transport; what it delegates owns its own state:
+//   OrderingEngine   receiver-side fences (ordering_engine.h)
+//   SignalLink       SIGNAL records, sequence numbers, credits (signal_link.h)
+//   BarrierTracker   BARRIER arrivals and epochs, flat and host barrier (barrier_tracker.h)
 //
 // Everything the loop touches is allocated in the constructor: the loop itself does not allocate,
 // lock, or throw (errors go to the proxy's AsyncError and stop this thread's loop).
@@ -13,10 +17,12 @@
 
 #include "channel/channel.h"
 #include "proxy/async_error.h"
+#include "proxy/barrier_tracker.h"
 #include "proxy/host_barrier.h"
 #include "proxy/imm_format.h"
 #include "proxy/ordering_engine.h"
 #include "proxy/proxy.h"
+#include "proxy/signal_link.h"
 #include "proxy/symmetric_memory.h"
 #include "transport/transport.h"
 
@@ -57,19 +63,14 @@ class ProxyThread {
   enum class Step { kDone, kBlocked, kRetry, kFailed };
   enum class Block : uint8_t { kNone, kQuiet, kBarrier };
   struct RingState {
-    RingConsumer* ring;
+    RingConsumer* ring = nullptr;
     uint64_t outstanding = 0;   // posted, not yet locally complete
     uint32_t frozen = 0;        // QUIETs of other rings waiting on this one
     Block block = Block::kNone;
     uint64_t since_ns = 0;
     uint64_t retry_since = 0;   // first failed post attempt of the head command (0: none)
     uint64_t quiet_mask = 0;    // local ring indices the QUIET waits for
-    // BARRIER
-    bool rail = false;
-    uint64_t epoch = 0;
-    uint32_t target = 0;        // barriers every member must have entered
-    uint32_t next_peer = 0;     // next peer to send our arrival to
-    uint8_t phase = 0;          // hierarchical: 0 quiet, 1 local ranks arrive, 2 across hosts
+    BarrierState barrier;       // the BARRIER at the head (block == kBarrier)
   };
   struct SendGroup {
     uint8_t segment = 0;        // ordered signals sent on (dst, tag), mod 256
@@ -78,7 +79,9 @@ class ProxyThread {
 
   bool service_ring(uint32_t r, uint64_t now);
   Step execute(uint32_t r, const TransferCmd& c, uint64_t now);
-  Step post(uint32_t r, const transport::WriteDesc& w, const char* what);
+  // A post's return code: kDone (0), kRetry (-EAGAIN, counted), or kFailed (the error recorded,
+  // naming `what` and its destination).
+  Step post_result(uint32_t r, int rc, const char* what, uint32_t dst);
   // WRITEs: validated and built into wq_[slot] (false: rejected, error recorded), then posted
   // together with one post_writes; returns how many went out (*stop: kRetry / kFailed if not all).
   bool build_write(uint32_t r, const TransferCmd& c, uint32_t slot);
@@ -87,11 +90,6 @@ class ProxyThread {
   Step start_quiet(uint32_t r, const TransferCmd& c, uint64_t now);
   bool try_finish(uint32_t r, uint64_t now);
   bool poll_transport(uint64_t now);
-  void send_credits();
-  bool in_barrier_set(uint32_t peer, bool rail) const;
-  bool flat_barrier(uint32_t r);  // over the transport: rail members, or host leaders
-  bool host_barrier(uint32_t r);  // shared memory within the host, leaders across hosts
-  std::string barrier_missing(const RingState& st) const;
   void check_timeouts(uint64_t now);
   void publish_stats();
   Step reject(uint32_t r, const TransferCmd& c, const std::string& why);
@@ -104,30 +102,13 @@ class ProxyThread {
   const SymmetricMemory& sym_;
   AsyncError& err_;
   OrderingEngine engine_;
+  SignalLink link_;         // registered on ep_ right after the symmetric regions
+  BarrierTracker barrier_;
   std::vector<RingState> rings_;
   bool failed_ = false;
-  bool credits_pending_ = false;
   uint64_t cur_index_ = 0;  // ring index of the command being executed (error messages)
 
-  // Memory registered on the endpoint after the symmetric regions.
-  transport::MrId signal_mr_ = 0, staging_mr_ = 0;
-  std::unique_ptr<SignalRecord[]> signal_area_;  // [num_ranks][signal_slots], written by peers
-  std::unique_ptr<SignalRecord[]> staging_;      // [staging_slots] outgoing records
-  std::vector<uint8_t> staging_busy_;
-  uint32_t staging_next_ = 0;
-
-  // Sender state.
-  std::vector<SendGroup> send_groups_;  // [num_ranks][num_tags]
-  std::vector<uint32_t> sig_seq_;       // [num_ranks] next signal sequence number
-  std::vector<uint32_t> sig_credit_;    // [num_ranks] record slots we may still fill
-  // Receiver state.
-  std::vector<uint32_t> freed_;         // [num_ranks] slots freed since our last credit
-  std::vector<uint8_t> slot_read_;      // [num_ranks][signal_slots] read, not yet freed
-  std::vector<uint32_t> next_unread_;   // [num_ranks] oldest signal seq not yet read
-  std::vector<uint32_t> credit_owed_;   // [num_ranks] credits not yet sent (EAGAIN)
-  std::vector<uint32_t> barriers_in_[2];  // [all|rail][num_ranks] barrier arrivals counted
-  std::vector<uint16_t> epoch_in_[2];     // [all|rail][num_ranks][2] epoch of arrival n at n & 1
-  uint32_t barriers_out_[2] = {0, 0};     // barriers this thread entered
+  std::vector<SendGroup> send_groups_;  // [num_ranks][num_tags] segments of ordered signals
 
   std::vector<TransferCmd> batch_;
   std::vector<transport::WriteDesc> wq_;  // [batch] WRITEs built, not yet posted
