@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "proxy/local_cluster.h"
-#include "proxy/workload_rank.h"
+#include "testkit/local_cluster.h"
+#include "testkit/workload_rank.h"
 #include "transport/bootstrap/bootstrap.h"
 #if ANYEP_HAVE_LIBFABRIC
 #include "transport/libfabric/libfabric_transport.h"
@@ -31,6 +31,7 @@
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 

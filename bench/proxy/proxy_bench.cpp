@@ -25,7 +25,7 @@
 
 #include "../common/machine_info.h"
 #include "common/error.h"
-#include "proxy/local_cluster.h"
+#include "testkit/local_cluster.h"
 #include "proxy/ordering_engine.h"
 #if ANYEP_HAVE_LIBFABRIC
 #include "transport/libfabric/libfabric_transport.h"
@@ -33,6 +33,7 @@
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 

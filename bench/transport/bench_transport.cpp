@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "mp_harness.h"
+#include "testkit/mp_harness.h"
 #include "transport/libfabric/libfabric_transport.h"
 
 using namespace anyep;
@@ -307,9 +307,9 @@ int main(int argc, char** argv) {
     for (uint64_t s = o.min_size; s <= o.max_size; s *= 4) sizes.push_back(s);
     // Each rank writes its results for rank 0 to print: (size -> rates) through a pipe is overkill;
     // rank 0 prints directly (children share stdout) and rank 1 stays quiet.
-    mp::RunOptions ro;
+    testkit::RunOptions ro;
     ro.timeout_s = 600;
-    auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+    auto res = testkit::run_ranks(2, [&](testkit::Rank& r) {
       if (o.pin) pin_to_nth_cpu(r.rank);
       libfabric::LibfabricConfig cfg;
       cfg.provider = prov;

@@ -12,7 +12,7 @@
 
 #include "alltoall.h"
 #include "common/error.h"
-#include "shm_board.h"
+#include "testkit/shm_board.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
 
@@ -314,13 +314,13 @@ TEST_P(CudaIpcMultiProcess, AllToAllEveryByteEveryImmediate) {
   const MpCase& c = GetParam();
   REQUIRE_GPUS(c.gpus);
   std::string board_name = "/anyep-cipc-test-" + std::to_string(getpid()) + "-" + c.name;
-  test::Board board = test::Board::create(board_name, c.ranks);
+  testkit::Board board = testkit::Board::create(board_name, c.ranks);
   std::vector<std::vector<std::string>> argv;
   for (uint32_t r = 0; r < c.ranks; ++r)
     argv.push_back({CUDA_IPC_PEER, board_name, std::to_string(r), std::to_string(static_cast<int>(r) % c.gpus), "7",
                     std::to_string(c.writes_per_peer), std::to_string(c.max_len), std::to_string(c.imm_slots),
                     std::to_string(c.max_outstanding)});
-  EXPECT_EQ(test::spawn_and_wait(argv, board, 90), "");
+  EXPECT_EQ(testkit::spawn_and_wait(argv, board, 90), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(

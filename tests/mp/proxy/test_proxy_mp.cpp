@@ -4,13 +4,14 @@
 
 #include <cstdlib>
 
-#include "mp_harness.h"
-#include "proxy/workload_rank.h"
+#include "testkit/mp_harness.h"
+#include "testkit/workload_rank.h"
 #include "transport/chaos/chaos_transport.h"
 #include "transport/libfabric/libfabric_transport.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 
@@ -29,9 +30,9 @@ TEST_P(ProxyMp, StreamWorkloadInvariantsHold) {
   ::setenv("FI_TCP_IFACE", "lo", 0);
   std::string why;
   if (!transport::libfabric::provider_available(c.provider, &why)) GTEST_SKIP() << why;
-  mp::RunOptions opt;
+  testkit::RunOptions opt;
   opt.timeout_s = 90;
-  auto res = mp::run_ranks(c.ranks, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(c.ranks, [&](testkit::Rank& r) {
     WorkloadConfig w;
     w.seed = 20261122 + c.ranks * 7 + c.chaos;
     w.ranks = r.size;

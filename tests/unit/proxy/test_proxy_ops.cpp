@@ -8,10 +8,11 @@
 #include <thread>
 
 #include "common/error.h"
-#include "proxy/local_cluster.h"
+#include "testkit/local_cluster.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 

@@ -9,12 +9,13 @@
 #include <thread>
 
 #include "common/error.h"
-#include "proxy/local_cluster.h"
-#include "proxy/workload.h"
+#include "testkit/local_cluster.h"
+#include "testkit/workload.h"
 #include "transport/chaos/chaos_transport.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 

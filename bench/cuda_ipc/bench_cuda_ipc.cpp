@@ -1,4 +1,4 @@
-// anyep/tests/gpu/transport/bench_cuda_ipc.cpp — GPU0 -> GPU1 (two processes) through the cuda-ipc
+// anyep/bench/cuda_ipc/bench_cuda_ipc.cpp — GPU0 -> GPU1 (two processes) through the cuda-ipc
 // backend vs a raw copy loop measured in the same run, 64 B .. 16 MiB.
 //
 //   bench_cuda_ipc [reps]      (launcher: spawns rank 0 on GPU 0 and rank 1 on GPU 1)
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "shm_board.h"
+#include "testkit/shm_board.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
 
@@ -83,7 +83,7 @@ void drain(Transport& t, uint64_t n, double deadline) {
 }
 
 int child(const char* board_name, uint32_t rank, int device, int reps) {
-  test::Board board = test::Board::attach(board_name);
+  testkit::Board board = testkit::Board::attach(board_name);
   check(cudaSetDevice(device), "cudaSetDevice");
   uint8_t *buf = nullptr, *raw_target = nullptr;
   uint64_t bytes = rank == 0 ? kSrcBytes : kDstBytes;
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench_cuda_ipc rank %u: %s\n", rank, e.what());
       try {
-        test::Board::attach(argv[2]).report(rank, e.what());
+        testkit::Board::attach(argv[2]).report(rank, e.what());
       } catch (...) {
       }
       return 1;
@@ -202,13 +202,13 @@ int main(int argc, char** argv) {
   }
   if (ngpu < 2) std::printf("# only one GPU: both ranks on GPU 0\n");
   std::string name = "/anyep-cipc-bench-" + std::to_string(getpid());
-  test::Board board = test::Board::create(name, 2);
+  testkit::Board board = testkit::Board::create(name, 2);
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return 1;
   std::vector<std::vector<std::string>> argvs;
   for (int r = 0; r < 2; ++r)
     argvs.push_back({self, "--child", name, std::to_string(r), std::to_string(ngpu >= 2 ? r : 0), std::to_string(reps)});
-  std::string failures = test::spawn_and_wait(argvs, board, 500);
+  std::string failures = testkit::spawn_and_wait(argvs, board, 500);
   if (!failures.empty()) {
     std::fprintf(stderr, "bench_cuda_ipc failed:\n%s", failures.c_str());
     return 1;
