@@ -5,15 +5,20 @@
 #include <thread>
 
 #include "common/error.h"
-#include "transport/loopback/loopback_transport.h"
+#include "transport/factory.h"
 
 namespace anyep::testkit {
 
 EndpointFactory loopback_factory(uint32_t ranks, uint32_t threads) {
   auto fabrics = std::make_shared<std::vector<std::shared_ptr<transport::loopback::Fabric>>>();
   for (uint32_t t = 0; t < threads; ++t) fabrics->push_back(transport::loopback::make_fabric(ranks));
-  return [fabrics](uint32_t rank, uint32_t thread) {
-    return transport::loopback::make_endpoint(fabrics->at(thread), rank);
+  return [fabrics, ranks](uint32_t rank, uint32_t thread) {
+    transport::TransportSpec spec;
+    spec.name = "loopback";
+    spec.rank = rank;
+    spec.num_ranks = ranks;
+    spec.loopback.fabric = fabrics->at(thread);
+    return transport::make_transport(spec);
   };
 }
 

@@ -16,7 +16,8 @@ namespace anyep::testkit {
 
 using EndpointFactory = std::function<std::unique_ptr<transport::Transport>(uint32_t rank, uint32_t thread)>;
 
-// Loopback endpoints for `ranks` ranks x `threads` threads.
+// Loopback endpoints for `ranks` ranks x `threads` threads (through the transport factory; no
+// chaos: tests wrap it themselves where they want it).
 EndpointFactory loopback_factory(uint32_t ranks, uint32_t threads);
 
 struct LocalClusterConfig {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "testkit/shm_board.h"
-#include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
+#include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::transport;
@@ -97,11 +97,9 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
     check(cudaIpcGetMemHandle(&raw_handle, raw_target), "cudaIpcGetMemHandle");
   }
   check(cudaDeviceSynchronize(), "sync");
-  cuda_ipc::Options o;
-  o.rank = rank;
-  o.num_ranks = 2;
-  o.device = device;
-  auto t = cuda_ipc::make_endpoint(o);
+  TransportSpec spec = TransportSpec::from_env("cuda-ipc", rank, 2);  // ANYEP_CHAOS_SEED: under chaos
+  spec.cuda_ipc.device = device;
+  auto t = make_transport(spec);
   t->register_memory(buf, bytes, MemKind::kCuda);  // MrId 0 on both ranks: source on 0, target on 1
   t->connect(board.allgather(rank, 0, t->local_address()));
   auto descs = board.allgather(rank, 1, t->export_mr(0));
@@ -128,7 +126,7 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
     std::printf("# cuda-ipc benchmark: rank 0 (pid %d, GPU %d %s) -> rank 1 (GPU %d %s), host %s\n", getpid(), device,
                 p0.name, peer_dev, p1.name, host);
     std::printf("# median of %d reps after 1 warm-up; N = clamp(2 GiB / size, 100, 20000) writes per rep; "
-                "options: %u streams, max_outstanding %u\n", reps, o.num_streams, o.max_outstanding);
+                "options: %u streams, max_outstanding %u\n", reps, spec.cuda_ipc.num_streams, spec.cuda_ipc.max_outstanding);
     std::printf("# ratio = backend rate / raw rate (same sizes, same run); Mw/s = million writes per second\n");
     std::printf("%10s %7s | %9s %8s | %8s %6s | %8s %6s | %8s %6s\n", "size_B", "N", "raw_GB/s", "raw_Mw/s",
                 "wr_Mw/s", "ratio", "w32_Mw/s", "ratio", "b32_Mw/s", "ratio");

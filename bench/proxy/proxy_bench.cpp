@@ -25,11 +25,9 @@
 
 #include "../common/machine_info.h"
 #include "common/error.h"
-#include "testkit/local_cluster.h"
 #include "proxy/ordering_engine.h"
-#if ANYEP_HAVE_LIBFABRIC
-#include "transport/libfabric/libfabric_transport.h"
-#endif
+#include "testkit/local_cluster.h"
+#include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
@@ -140,17 +138,10 @@ Result run_proxy(const std::string& backend, uint32_t T, int ordering, uint64_t 
   lc.proxy.num_tags = T;
   lc.proxy.ordering = ordering;
   lc.proxy.timeout_ns = 60'000'000'000ull;
-  if (backend == "shm") {
-#if ANYEP_HAVE_LIBFABRIC
-    lc.endpoints = [](uint32_t rank, uint32_t) {
-      transport::libfabric::LibfabricConfig c;
-      c.provider = "shm";
-      return transport::libfabric::make_libfabric_transport(rank, 2, c);
+  if (backend != "loopback")
+    lc.endpoints = [backend](uint32_t rank, uint32_t) {
+      return transport::make_transport(transport::TransportSpec::from_env(backend, rank, 2));
     };
-#else
-    throw Unsupported("shm needs the libfabric backend (not built here)");
-#endif
-  }
   LocalCluster cl(lc);
   Result res;
   res.bypass = cl.rank(0).proxy->bypass();

@@ -30,7 +30,7 @@ std::string run(testkit::Board& board, uint32_t rank, int device, const test::Al
   uint8_t *send = send_alloc + kLead, *recv = recv_alloc + kLead;
   std::string err = test::fill_buffers(rank, cfg, n, send, recv);
   if (err.empty()) {
-    transport::cuda_ipc::Options o;
+    transport::cuda_ipc::CudaIpcConfig o;
     o.rank = rank;
     o.num_ranks = n;
     o.device = device;

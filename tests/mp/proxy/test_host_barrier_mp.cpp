@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "common/error.h"
-#include "testkit/mp_harness.h"
 #include "proxy/proxy.h"
-#include "transport/libfabric/libfabric_transport.h"
+#include "testkit/mp_harness.h"
+#include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
@@ -39,11 +39,11 @@ struct BarrierRank {
     cc.capacity = 64;
     channel = std::make_unique<Channel>(cc);
     std::vector<std::unique_ptr<transport::Transport>> eps;
-    for (uint32_t t = 0; t < 2; ++t) {
-      transport::libfabric::LibfabricConfig lc;
-      lc.provider = "tcp";
-      eps.push_back(transport::libfabric::make_libfabric_transport(r.rank, r.size, lc));
-    }
+    transport::TransportSpec spec;
+    spec.name = "tcp";
+    spec.rank = r.rank;
+    spec.num_ranks = r.size;
+    for (uint32_t t = 0; t < 2; ++t) eps.push_back(transport::make_transport(spec));
     ProxyConfig pc;
     pc.counters = counters.data();
     pc.num_counters = 4;
@@ -59,7 +59,7 @@ struct BarrierRank {
 void require_tcp() {
   ::setenv("FI_TCP_IFACE", "lo", 0);
   std::string why;
-  if (!transport::libfabric::provider_available("tcp", &why)) throw testkit::Skip(why);
+  if (!transport::available("tcp", &why)) throw testkit::Skip(why);
 }
 
 struct Case {

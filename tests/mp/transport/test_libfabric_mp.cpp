@@ -9,7 +9,7 @@
 #include "alltoall_check.h"
 #include "common/error.h"
 #include "testkit/mp_harness.h"
-#include "transport/chaos/chaos_transport.h"
+#include "transport/factory.h"
 #include "transport/libfabric/libfabric_transport.h"
 
 namespace anyep {
@@ -45,13 +45,18 @@ LibfabricConfig host_only() {
 
 std::unique_ptr<transport::Transport> make(const testkit::Rank& r, const std::string& prov, bool chaos,
                                            LibfabricConfig cfg = host_only()) {
-  cfg.provider = prov;
-  auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, cfg);
-  if (!chaos) return t;
-  transport::chaos::ChaosConfig cc;
-  cc.seed = 20261122;
-  cc.max_delay = 16;
-  return transport::chaos::make_chaos_transport(std::move(t), cc);
+  transport::TransportSpec spec;
+  spec.name = prov.substr(0, prov.find(';'));  // "tcp;ofi_rxm" is the factory's "tcp", layered
+  spec.rank = r.rank;
+  spec.num_ranks = r.size;
+  spec.libfabric = cfg;
+  spec.libfabric.provider = prov;
+  if (chaos) {
+    spec.chaos.emplace();
+    spec.chaos->seed = 20261122;
+    spec.chaos->max_delay = 16;
+  }
+  return transport::make_transport(spec);
 }
 
 class Alltoall : public ::testing::TestWithParam<Case> {};
