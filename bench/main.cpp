@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
       lc.rings = StreamWorkload::num_rings(w);
       lc.buffer_bytes = StreamWorkload::buffer_bytes(w);
       lc.num_counters = StreamWorkload::num_counters(w);
+      lc.proxy = ProxyConfig::from_env();
       lc.proxy.num_tags = StreamWorkload::num_tags(w);
       LocalCluster cl(lc);
       cl.start();
@@ -195,7 +196,7 @@ int main(int argc, char** argv) {
         int rc = 0;
         try {
           auto boot = transport::make_tcp_bootstrap("127.0.0.1", port, r, ranks, 20);
-          RankRun run = run_workload_rank(w, ProxyConfig{}, threads, *boot, [&](uint32_t) {
+          RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *boot, [&](uint32_t) {
             return transport::make_transport(transport::TransportSpec::from_env(provider, r, ranks));
           });
           Summary s{run.result.commands, run.result.payload_bytes, run.stats.commands, run.stats.signals_held,

@@ -126,7 +126,7 @@ struct Result {
   std::string transport;
 };
 
-Result run_proxy(const std::string& backend, uint32_t T, int ordering, uint64_t n, uint32_t payload) {
+Result run_proxy(const std::string& backend, uint32_t T, Ordering ordering, uint64_t n, uint32_t payload) {
   LocalClusterConfig lc;
   lc.ranks = 2;
   lc.threads = T;
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "--orderings: '%s' is neither bypass nor engine\n", ord.c_str());
           return 2;
         }
-        const int ordering = static_cast<int>(ord == "engine" ? Ordering::kEngine : Ordering::kBypass);
+        const Ordering ordering = ord == "engine" ? Ordering::kEngine : Ordering::kBypass;
         std::vector<double> c, g, b;
         Result last;
         try {
@@ -235,10 +235,10 @@ int main(int argc, char** argv) {
             b.push_back(channel_baseline(T, o.commands));
           }
         } catch (const std::exception& e) {
-          std::printf("%-9s %-7s %2u   skipped: %s\n", be.c_str(), ordering == 1 ? "engine" : "bypass", T, e.what());
+          std::printf("%-9s %-7s %2u   skipped: %s\n", be.c_str(), ord.c_str(), T, e.what());
           continue;
         }
-        std::printf("%-9s %-7s %2u %14.2f %9.2f %20.2f\n", be.c_str(), ordering == 1 ? "engine" : "bypass", T,
+        std::printf("%-9s %-7s %2u %14.2f %9.2f %20.2f\n", be.c_str(), ord.c_str(), T,
                     median(c) / 1e6, median(g), median(b) / 1e6);
         std::fflush(stdout);
       }

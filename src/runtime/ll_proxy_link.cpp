@@ -77,11 +77,11 @@ LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<
   std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters);
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&counters_dev_), counters_host_, 0), "map signal counters");
 
-  proxy::ProxyConfig pc;
+  proxy::ProxyConfig pc = proxy::ProxyConfig::from_env();
   pc.num_tags = static_cast<uint32_t>(ll::num_proxy_tags(num_ranks));
   pc.counters = reinterpret_cast<uint64_t*>(counters_host_);
   pc.num_counters = static_cast<uint32_t>(ll::kNumCounters);
-  pc.ranks_per_node = one_rank_per_node ? 1u : 0u;
+  if (one_rank_per_node) pc.ranks_per_node = 1u;
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "kernel and proxy counters share one layout");
   try {
     proxy_ = std::make_unique<proxy::Proxy>(pc, *channel_, std::move(endpoints),

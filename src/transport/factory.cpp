@@ -94,6 +94,9 @@ TransportSpec TransportSpec::from_env(std::string name, uint32_t rank, uint32_t 
   s.rank = rank;
   s.num_ranks = num_ranks;
   s.chaos = chaos::ChaosConfig::from_env();
+  s.libfabric = libfabric::LibfabricConfig::from_env();
+  // ANYEP_FI_PROVIDER chooses only for "libfabric"; "tcp", "shm", ... name their provider.
+  if (s.name != "libfabric") s.libfabric.provider.clear();
   return s;
 }
 

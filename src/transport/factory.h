@@ -38,7 +38,8 @@ struct TransportSpec {
   std::optional<chaos::ChaosConfig> chaos;
 
   // `name` for `rank` of `num_ranks`, with every option the environment sets: chaos from
-  // ANYEP_CHAOS_SEED / ANYEP_CHAOS_MAX_DELAY, and the libfabric options (ANYEP_FI_*).
+  // ANYEP_CHAOS_SEED / ANYEP_CHAOS_MAX_DELAY, the libfabric options from ANYEP_FI_NICS and
+  // ANYEP_FI_STRIPING, and for the name "libfabric" the provider from ANYEP_FI_PROVIDER.
   static TransportSpec from_env(std::string name, uint32_t rank, uint32_t num_ranks);
 };
 

@@ -49,7 +49,7 @@ struct BarrierRank {
     pc.num_counters = 4;
     pc.num_tags = 4;
     pc.timeout_ns = timeout_ms * 1000000ull;
-    pc.ranks_per_node = per_host;
+    if (per_host) pc.ranks_per_node = per_host;  // 0: detect
     proxy = std::make_unique<Proxy>(pc, *channel, std::move(eps),
                                     std::vector<Region>{{"buffer", buffer.data(), buffer.size() * 8}}, *r.boot);
     proxy->start();

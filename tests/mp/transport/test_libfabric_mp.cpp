@@ -98,7 +98,7 @@ TEST_P(Provider, TwoEmulatedNicsStripeWritesAndStillDeliverEverything) {
     auto res = testkit::run_ranks(3, [&](testkit::Rank& r) {
       LibfabricConfig cfg = host_only();
       cfg.num_nics = 2;
-      cfg.striping = striping;
+      cfg.striping = static_cast<transport::libfabric::Striping>(striping);
       auto t = make(r, prov, false, cfg);
       ANYEP_MP_CHECK(t->capabilities().num_nics == 2, "num_nics");
       ANYEP_MP_CHECK(!t->capabilities().ordered_writes, "striped writes cannot be reported ordered");
@@ -121,7 +121,7 @@ TEST_P(Provider, RankInCqDataIdentifiesTheSourceToo) {
   for (uint32_t cq_bytes : {8u, 4u}) {
     auto res = testkit::run_ranks(3, [&](testkit::Rank& r) {
       LibfabricConfig cfg = host_only();
-      cfg.source_id = 1;
+      cfg.source_id = transport::libfabric::SourceId::kCqData;
       cfg.max_cq_data_bytes = cq_bytes;
       auto t = make(r, prov, false, cfg);
       std::string d = transport::libfabric::describe(*t);

@@ -29,7 +29,7 @@ LocalClusterConfig cluster(uint32_t ranks, uint32_t per_host, uint64_t timeout_m
   c.num_counters = 4;
   c.proxy.num_tags = 4;
   c.proxy.timeout_ns = timeout_ms * 1000000ull;
-  c.proxy.ranks_per_node = per_host;
+  if (per_host) c.proxy.ranks_per_node = per_host;  // 0: detect
   return c;
 }
 

@@ -166,5 +166,34 @@ TEST(Factory, ChaosFromTheEnvironmentThroughFromEnv) {
   }
 }
 
+TEST(Factory, LibfabricOptionsFromTheEnvironment) {
+  {
+    ScopedEnv prov("ANYEP_FI_PROVIDER", nullptr), nics("ANYEP_FI_NICS", nullptr), str("ANYEP_FI_STRIPING", nullptr);
+    const libfabric::LibfabricConfig c = libfabric::LibfabricConfig::from_env();
+    const libfabric::LibfabricConfig d;  // the environment's defaults are the struct's
+    EXPECT_EQ(c.provider, d.provider);
+    EXPECT_EQ(c.num_nics, d.num_nics);
+    EXPECT_EQ(c.striping, d.striping);
+  }
+  ScopedEnv prov("ANYEP_FI_PROVIDER", "shm"), nics("ANYEP_FI_NICS", "3"), str("ANYEP_FI_STRIPING", "dest");
+  const TransportSpec a = TransportSpec::from_env("libfabric", 0, 2);
+  EXPECT_EQ(a.libfabric.provider, "shm");  // only "libfabric" takes its provider from the environment
+  EXPECT_EQ(a.libfabric.num_nics, 3u);
+  EXPECT_EQ(a.libfabric.striping, libfabric::Striping::kDest);
+  const TransportSpec b = TransportSpec::from_env("tcp", 0, 2);
+  EXPECT_EQ(b.libfabric.provider, "");  // the name says tcp
+  EXPECT_EQ(b.libfabric.num_nics, 3u);
+  {
+    ScopedEnv bad("ANYEP_FI_STRIPING", "zigzag");
+    const std::string m = error_of<InvalidArgument>([] { libfabric::LibfabricConfig::from_env(); });
+    EXPECT_NE(m.find("ANYEP_FI_STRIPING='zigzag'"), std::string::npos) << m;
+  }
+  {
+    ScopedEnv bad("ANYEP_FI_NICS", "-1");
+    const std::string m = error_of<InvalidArgument>([] { libfabric::LibfabricConfig::from_env(); });
+    EXPECT_NE(m.find("ANYEP_FI_NICS=-1"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace anyep::transport
