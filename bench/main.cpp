@@ -22,15 +22,14 @@
 #include <vector>
 
 #include "common/error.h"
-#include "proxy/local_cluster.h"
-#include "proxy/workload_rank.h"
+#include "testkit/local_cluster.h"
+#include "testkit/workload_rank.h"
 #include "transport/bootstrap/bootstrap.h"
-#if ANYEP_HAVE_LIBFABRIC
-#include "transport/libfabric/libfabric_transport.h"
-#endif
+#include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 
@@ -125,15 +124,11 @@ int main(int argc, char** argv) {
   ::setenv("FI_TCP_IFACE", "lo", 0);  // 127.0.0.1 only
 
   std::string fallback;
-#if ANYEP_HAVE_LIBFABRIC
-  if (provider != "loopback") {
-    std::string why;
-    if (!transport::libfabric::provider_available(provider, &why)) fallback = "libfabric provider '" + provider + "' unavailable: " + why;
+  if (provider == "loopback") {
+    fallback = "loopback requested";
+  } else if (std::string why; !transport::available(provider, &why)) {
+    fallback = why;
   }
-#else
-  if (provider != "loopback") fallback = "this build has no libfabric backend";
-#endif
-  if (provider == "loopback") fallback = "loopback requested";
 
   std::printf("anyep_main: CPU-only proxy pipeline (no GPU used): producers -> rings -> proxies -> transport -> "
               "ordering engine -> counters\n");
@@ -151,6 +146,7 @@ int main(int argc, char** argv) {
       lc.rings = StreamWorkload::num_rings(w);
       lc.buffer_bytes = StreamWorkload::buffer_bytes(w);
       lc.num_counters = StreamWorkload::num_counters(w);
+      lc.proxy = ProxyConfig::from_env();
       lc.proxy.num_tags = StreamWorkload::num_tags(w);
       LocalCluster cl(lc);
       cl.start();
@@ -186,7 +182,6 @@ int main(int argc, char** argv) {
       report(sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       return 0;
     }
-#if ANYEP_HAVE_LIBFABRIC
     std::printf("  transport: libfabric %s, every rank its own process, TCP bootstrap on 127.0.0.1\n", provider.c_str());
     const uint16_t port = free_port();
     std::vector<pid_t> pids(ranks);
@@ -201,10 +196,8 @@ int main(int argc, char** argv) {
         int rc = 0;
         try {
           auto boot = transport::make_tcp_bootstrap("127.0.0.1", port, r, ranks, 20);
-          RankRun run = run_workload_rank(w, ProxyConfig{}, threads, *boot, [&](uint32_t) {
-            transport::libfabric::LibfabricConfig lc;
-            lc.provider = provider;
-            return transport::libfabric::make_libfabric_transport(r, ranks, lc);
+          RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *boot, [&](uint32_t) {
+            return transport::make_transport(transport::TransportSpec::from_env(provider, r, ranks));
           });
           Summary s{run.result.commands, run.result.payload_bytes, run.stats.commands, run.stats.signals_held,
                     run.seconds, run.bypass, uint32_t(run.result.ll_round_trip_ns.size()), uint32_t(run.result.quiet_ns.size())};
@@ -244,7 +237,6 @@ int main(int argc, char** argv) {
     if (!ok) return 1;
     std::printf("  ordering engine: %s\n", sums[0].bypass ? "bypassed (the provider lands writes in order)" : "on (the provider may reorder)");
     report(sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "anyep_main: %s\n", e.what());
     return 1;

@@ -25,14 +25,13 @@
 
 #include "../common/machine_info.h"
 #include "common/error.h"
-#include "proxy/local_cluster.h"
 #include "proxy/ordering_engine.h"
-#if ANYEP_HAVE_LIBFABRIC
-#include "transport/libfabric/libfabric_transport.h"
-#endif
+#include "testkit/local_cluster.h"
+#include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 
@@ -127,7 +126,7 @@ struct Result {
   std::string transport;
 };
 
-Result run_proxy(const std::string& backend, uint32_t T, int ordering, uint64_t n, uint32_t payload) {
+Result run_proxy(const std::string& backend, uint32_t T, Ordering ordering, uint64_t n, uint32_t payload) {
   LocalClusterConfig lc;
   lc.ranks = 2;
   lc.threads = T;
@@ -139,17 +138,10 @@ Result run_proxy(const std::string& backend, uint32_t T, int ordering, uint64_t 
   lc.proxy.num_tags = T;
   lc.proxy.ordering = ordering;
   lc.proxy.timeout_ns = 60'000'000'000ull;
-  if (backend == "shm") {
-#if ANYEP_HAVE_LIBFABRIC
-    lc.endpoints = [](uint32_t rank, uint32_t) {
-      transport::libfabric::LibfabricConfig c;
-      c.provider = "shm";
-      return transport::libfabric::make_libfabric_transport(rank, 2, c);
+  if (backend != "loopback")
+    lc.endpoints = [backend](uint32_t rank, uint32_t) {
+      return transport::make_transport(transport::TransportSpec::from_env(backend, rank, 2));
     };
-#else
-    throw Unsupported("shm needs the libfabric backend (not built here)");
-#endif
-  }
   LocalCluster cl(lc);
   Result res;
   res.bypass = cl.rank(0).proxy->bypass();
@@ -232,7 +224,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "--orderings: '%s' is neither bypass nor engine\n", ord.c_str());
           return 2;
         }
-        const int ordering = static_cast<int>(ord == "engine" ? Ordering::kEngine : Ordering::kBypass);
+        const Ordering ordering = ord == "engine" ? Ordering::kEngine : Ordering::kBypass;
         std::vector<double> c, g, b;
         Result last;
         try {
@@ -243,10 +235,10 @@ int main(int argc, char** argv) {
             b.push_back(channel_baseline(T, o.commands));
           }
         } catch (const std::exception& e) {
-          std::printf("%-9s %-7s %2u   skipped: %s\n", be.c_str(), ordering == 1 ? "engine" : "bypass", T, e.what());
+          std::printf("%-9s %-7s %2u   skipped: %s\n", be.c_str(), ord.c_str(), T, e.what());
           continue;
         }
-        std::printf("%-9s %-7s %2u %14.2f %9.2f %20.2f\n", be.c_str(), ordering == 1 ? "engine" : "bypass", T,
+        std::printf("%-9s %-7s %2u %14.2f %9.2f %20.2f\n", be.c_str(), ord.c_str(), T,
                     median(c) / 1e6, median(g), median(b) / 1e6);
         std::fflush(stdout);
       }

@@ -28,7 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "mp_harness.h"
+#include "testkit/mp_harness.h"
+#include "transport/factory.h"
 #include "transport/libfabric/libfabric_transport.h"
 
 using namespace anyep;
@@ -36,6 +37,15 @@ using namespace anyep::transport;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// A libfabric endpoint for host memory, never under chaos: the raw baseline posts on the very
+// same libfabric objects (raw_write_handles), which a chaos wrapper would hide.
+TransportSpec host_spec(const std::string& provider, uint32_t rank, uint32_t num_ranks) {
+  TransportSpec spec = TransportSpec::from_env(provider, rank, num_ranks);
+  spec.chaos.reset();
+  spec.libfabric.want_hmem = false;  // host memory benchmark
+  return spec;
+}
 
 struct Opts {
   std::vector<std::string> providers{"tcp", "shm"};
@@ -168,10 +178,7 @@ double run_raw(const libfabric::RawWrite& h, bool sender, uint64_t size, uint64_
 // one loop, so the CPU cost of the abstraction shows without two processes contending for the
 // provider's shared-memory locks (which, on a small host, dominates the two-process figures).
 void self_loop(const std::string& prov, int reps) {
-  libfabric::LibfabricConfig cfg;
-  cfg.provider = prov;
-  cfg.want_hmem = false;
-  auto t = libfabric::make_libfabric_transport(0, 1, cfg);
+  auto t = make_transport(host_spec(prov, 0, 1));
   std::vector<uint8_t> a(4096, 1), b(4096, 0);
   MrId s = t->register_memory(a.data(), a.size(), MemKind::kHost), d = t->register_memory(b.data(), b.size(), MemKind::kHost);
   auto bs = make_callback_bootstrap(0, 1, [](const std::vector<uint8_t>& m) { return std::vector<std::vector<uint8_t>>{m}; });
@@ -299,7 +306,7 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   for (const std::string& prov : o.providers) {
     std::string why;
-    if (!libfabric::provider_available(prov, &why)) {
+    if (!available(prov, &why)) {
       std::printf("# provider %s: SKIPPED: %s\n", prov.c_str(), why.c_str());
       continue;
     }
@@ -307,14 +314,11 @@ int main(int argc, char** argv) {
     for (uint64_t s = o.min_size; s <= o.max_size; s *= 4) sizes.push_back(s);
     // Each rank writes its results for rank 0 to print: (size -> rates) through a pipe is overkill;
     // rank 0 prints directly (children share stdout) and rank 1 stays quiet.
-    mp::RunOptions ro;
+    testkit::RunOptions ro;
     ro.timeout_s = 600;
-    auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+    auto res = testkit::run_ranks(2, [&](testkit::Rank& r) {
       if (o.pin) pin_to_nth_cpu(r.rank);
-      libfabric::LibfabricConfig cfg;
-      cfg.provider = prov;
-      cfg.want_hmem = false;  // host memory benchmark
-      auto t = libfabric::make_libfabric_transport(r.rank, r.size, cfg);
+      auto t = make_transport(host_spec(prov, r.rank, r.size));
       std::vector<uint8_t> a(o.max_size, 1), b(o.max_size, 0);
       MrId src = t->register_memory(a.data(), a.size(), MemKind::kHost);
       MrId dst = t->register_memory(b.data(), b.size(), MemKind::kHost);
@@ -374,7 +378,7 @@ int main(int argc, char** argv) {
   std::printf("%-6s %-6s %9s %7s %11s %11s %9s\n", "self", "prov", "size_B", "msgs", "raw_ns/msg", "anyep_ns/msg", "ratio");
   for (const std::string& prov : o.providers) {
     std::string why;
-    if (libfabric::provider_available(prov, &why)) self_loop(prov, o.reps);
+    if (available(prov, &why)) self_loop(prov, o.reps);
   }
   return all_ok ? 0 : 1;
 }

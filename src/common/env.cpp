@@ -13,7 +13,7 @@ const std::vector<VarInfo>& all_vars() {
   // Keep sorted by name; docs/environment.md mirrors this table.
   static const std::vector<VarInfo> vars = {
       {"ANYEP_CHAOS_MAX_DELAY", "8", "chaos transport: an op or immediate is held 0..N poll() calls (seeded)"},
-      {"ANYEP_CHAOS_SEED", "", "wrap the transport in the chaos transport (reorders deliveries like EFA SRD) with this seed; empty: off"},
+      {"ANYEP_CHAOS_SEED", "", "wrap every endpoint made from the environment (TransportSpec::from_env: LL runtime proxy path, main job, benchmarks) in the chaos transport (reorders deliveries like EFA SRD) with this seed; empty: off"},
       {"ANYEP_FI_NICS", "1", "libfabric: NICs (domains) striped per endpoint set; 0: every domain the provider lists"},
       {"ANYEP_FI_PROVIDER", "", "libfabric provider (efa, verbs;ofi_rxm, cxi, tcp, tcp;ofi_rxm, shm); empty: first of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm"},
       {"ANYEP_FI_STRIPING", "bytes", "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)"},

@@ -10,14 +10,6 @@
 namespace anyep::proxy {
 
 namespace {
-Ordering ordering_from_env() {
-  const std::string v = env::get_string("ANYEP_PROXY_ORDERING");
-  if (v == "auto") return Ordering::kAuto;
-  if (v == "engine") return Ordering::kEngine;
-  if (v == "bypass") return Ordering::kBypass;
-  throw InvalidArgument("ANYEP_PROXY_ORDERING='" + v + "': expected auto, engine or bypass");
-}
-
 // Thread t of every rank: connect endpoints and import every peer's registrations (same ids on
 // every rank: registered in the same order), after checking the regions really are symmetric.
 void exchange(transport::Transport& ep, transport::Bootstrap& boot, const SymmetricMemory& sym, uint32_t num_mrs) {
@@ -38,6 +30,25 @@ void exchange(transport::Transport& ep, transport::Bootstrap& boot, const Symmet
   transport::connect_all(ep, boot, ids);
 }
 }  // namespace
+
+ProxyConfig ProxyConfig::from_env() {
+  ProxyConfig c;
+  const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
+  if (!(timeout_s > 0) || timeout_s > 1e9)
+    throw InvalidArgument("ANYEP_TIMEOUT_S=" + std::to_string(timeout_s) + ": expected a positive number of seconds");
+  c.timeout_ns = static_cast<uint64_t>(timeout_s * 1e9);
+  const std::string ord = env::get_string("ANYEP_PROXY_ORDERING");
+  if (ord == "auto") c.ordering = Ordering::kAuto;
+  else if (ord == "engine") c.ordering = Ordering::kEngine;
+  else if (ord == "bypass") c.ordering = Ordering::kBypass;
+  else throw InvalidArgument("ANYEP_PROXY_ORDERING='" + ord + "': expected auto, engine or bypass");
+  const int64_t rph = env::get_int("ANYEP_PROXY_RANKS_PER_HOST");
+  if (rph < 0 || rph > 1 << 20)
+    throw InvalidArgument("ANYEP_PROXY_RANKS_PER_HOST=" + std::to_string(rph) + ": expected 0 (detect) or 1.." +
+                          std::to_string(1 << 20));
+  if (rph > 0) c.ranks_per_node = static_cast<uint32_t>(rph);
+  return c;
+}
 
 uint32_t Proxy::default_threads() {
   const int64_t t = env::get_int("ANYEP_PROXY_THREADS");
@@ -67,16 +78,16 @@ Proxy::Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_p
                       " has none (leave native_atomics off: signals are emulated by the receiving proxy)");
   if (cfg.native_atomics)
     throw Unsupported("proxy: native remote atomics are not wired up yet; signals are emulated");
-  const Ordering ord = cfg.ordering < 0 ? ordering_from_env() : static_cast<Ordering>(cfg.ordering);
-  bypass_ = ord == Ordering::kBypass || (ord == Ordering::kAuto && caps.ordered_writes);
-  const uint64_t timeout_ns = cfg.timeout_ns ? cfg.timeout_ns
-                                             : static_cast<uint64_t>(env::get_double("ANYEP_TIMEOUT_S") * 1e9);
+  if (cfg.ordering != Ordering::kAuto && cfg.ordering != Ordering::kEngine && cfg.ordering != Ordering::kBypass)
+    throw InvalidArgument("proxy: ordering " + std::to_string(static_cast<int>(cfg.ordering)) + " is not auto, engine or bypass");
+  bypass_ = cfg.ordering == Ordering::kBypass || (cfg.ordering == Ordering::kAuto && caps.ordered_writes);
+  if (cfg.timeout_ns == 0) throw InvalidArgument("proxy: timeout_ns must be > 0");
+  const uint64_t timeout_ns = cfg.timeout_ns;
+  if (cfg.ranks_per_node && (*cfg.ranks_per_node == 0 || *cfg.ranks_per_node > 1u << 20))
+    throw InvalidArgument("proxy: ranks per host " + std::to_string(*cfg.ranks_per_node) +
+                          ": expected 1.." + std::to_string(1 << 20) + " (leave it unset to detect hosts)");
   sym_ = std::make_unique<SymmetricMemory>(regions);
-  int64_t rph = cfg.ranks_per_node;
-  if (rph == 0) rph = env::get_int("ANYEP_PROXY_RANKS_PER_HOST");
-  if (rph < 0 || rph > 1 << 20)
-    throw InvalidArgument("proxy: ranks per host " + std::to_string(rph) + " (ANYEP_PROXY_RANKS_PER_HOST): expected 0 (detect) or >= 1");
-  hosts_ = setup_hosts(boot, static_cast<uint32_t>(rph), T);
+  hosts_ = setup_hosts(boot, cfg.ranks_per_node.value_or(0), T);  // 0: detect
 
   for (uint32_t t = 0; t < T; ++t) {
     ThreadSetup s;

@@ -7,10 +7,7 @@
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "common/error.h"
-#include "transport/cuda_ipc/cuda_ipc_transport.h"
-#if defined(ANYEP_HAVE_LIBFABRIC)
-#include "transport/libfabric/libfabric_transport.h"
-#endif
+#include "transport/factory.h"
 
 namespace anyep {
 namespace {
@@ -41,23 +38,15 @@ const char* ll_path_name(LLPath p) {
 
 std::vector<std::unique_ptr<transport::Transport>> LLProxyLink::make_endpoints(LLPath path, int rank, int num_ranks,
                                                                                int device, uint32_t threads) {
+  // Through the factory, so that ANYEP_CHAOS_SEED puts this path under chaos too.
+  const std::string name = path == LLPath::kProxyCudaIpc ? "cuda-ipc" : "libfabric";
+  std::string why;
+  if (!transport::available(name, &why)) throw Unsupported(std::string("anyep LL: path ") + ll_path_name(path) + ": " + why);
+  transport::TransportSpec spec =
+      transport::TransportSpec::from_env(name, static_cast<uint32_t>(rank), static_cast<uint32_t>(num_ranks));
+  spec.cuda_ipc.device = device;
   std::vector<std::unique_ptr<transport::Transport>> eps;
-  for (uint32_t t = 0; t < threads; ++t) {
-    if (path == LLPath::kProxyCudaIpc) {
-      transport::cuda_ipc::Options o;
-      o.rank = static_cast<uint32_t>(rank);
-      o.num_ranks = static_cast<uint32_t>(num_ranks);
-      o.device = device;
-      eps.push_back(transport::cuda_ipc::make_endpoint(o));
-    } else {
-#if defined(ANYEP_HAVE_LIBFABRIC)
-      eps.push_back(transport::libfabric::make_libfabric_transport(static_cast<uint32_t>(rank), static_cast<uint32_t>(num_ranks)));
-#else
-      throw Unsupported(std::string("anyep LL: path ") + ll_path_name(path) +
-                        " needs the libfabric transport, and this build has no libfabric (install libfabric-dev and rebuild)");
-#endif
-    }
-  }
+  for (uint32_t t = 0; t < threads; ++t) eps.push_back(transport::make_transport(spec));
   return eps;
 }
 
@@ -88,11 +77,11 @@ LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<
   std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters);
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&counters_dev_), counters_host_, 0), "map signal counters");
 
-  proxy::ProxyConfig pc;
+  proxy::ProxyConfig pc = proxy::ProxyConfig::from_env();
   pc.num_tags = static_cast<uint32_t>(ll::num_proxy_tags(num_ranks));
   pc.counters = reinterpret_cast<uint64_t*>(counters_host_);
   pc.num_counters = static_cast<uint32_t>(ll::kNumCounters);
-  pc.ranks_per_node = one_rank_per_node ? 1u : 0u;
+  if (one_rank_per_node) pc.ranks_per_node = 1u;
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "kernel and proxy counters share one layout");
   try {
     proxy_ = std::make_unique<proxy::Proxy>(pc, *channel_, std::move(endpoints),

@@ -210,15 +210,20 @@ std::unique_ptr<Transport> make_chaos_transport(std::unique_ptr<Transport> inner
   return std::make_unique<ChaosTransport>(std::move(inner), cfg);
 }
 
-std::unique_ptr<Transport> maybe_wrap_chaos_from_env(std::unique_ptr<Transport> inner) {
-  std::string seed = env::get_string("ANYEP_CHAOS_SEED");
-  if (seed.empty()) return inner;
+std::optional<ChaosConfig> ChaosConfig::from_env() {
+  if (env::get_string("ANYEP_CHAOS_SEED").empty()) return std::nullopt;
   ChaosConfig cfg;
   cfg.seed = static_cast<uint64_t>(env::get_int("ANYEP_CHAOS_SEED"));
   int64_t d = env::get_int("ANYEP_CHAOS_MAX_DELAY");
   if (d < 0 || d > 1000000) throw InvalidArgument("ANYEP_CHAOS_MAX_DELAY=" + std::to_string(d) + " is not in [0, 1000000]");
   cfg.max_delay = static_cast<uint32_t>(d);
-  return make_chaos_transport(std::move(inner), cfg);
+  return cfg;
+}
+
+std::unique_ptr<Transport> maybe_wrap_chaos_from_env(std::unique_ptr<Transport> inner) {
+  const std::optional<ChaosConfig> cfg = ChaosConfig::from_env();
+  if (!cfg) return inner;
+  return make_chaos_transport(std::move(inner), *cfg);
 }
 
 }  // namespace anyep::transport::chaos

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "transport/transport.h"
 
@@ -31,11 +32,15 @@ struct ChaosConfig {
   uint64_t seed = 1;
   uint32_t max_delay = 8;   // an op waits 0..max_delay poll() calls (0: shuffle within a poll only)
   uint32_t max_held = 256;  // outbound ops held at most; beyond it, posts return -EAGAIN until a poll()
+
+  // ANYEP_CHAOS_SEED (and ANYEP_CHAOS_MAX_DELAY); nullopt when the seed is unset (chaos off).
+  static std::optional<ChaosConfig> from_env();
 };
 
 std::unique_ptr<Transport> make_chaos_transport(std::unique_ptr<Transport> inner, const ChaosConfig& cfg);
 
 // Wraps `inner` when ANYEP_CHAOS_SEED is set (ANYEP_CHAOS_MAX_DELAY tunes it); else returns it as is.
+// The transport factory (transport/factory.h) does this for every endpoint it creates.
 std::unique_ptr<Transport> maybe_wrap_chaos_from_env(std::unique_ptr<Transport> inner);
 
 }  // namespace anyep::transport::chaos

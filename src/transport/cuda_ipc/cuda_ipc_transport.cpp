@@ -97,7 +97,7 @@ struct CopyStream {
 
 class CudaIpcTransport final : public Transport {
  public:
-  explicit CudaIpcTransport(const Options& o) : opt_(o) {
+  explicit CudaIpcTransport(const CudaIpcConfig& o) : opt_(o) {
     if (o.num_ranks == 0 || o.rank >= o.num_ranks)
       throw InvalidArgument("cuda-ipc transport: rank " + std::to_string(o.rank) + " out of range (num_ranks " +
                             std::to_string(o.num_ranks) + ")");
@@ -554,7 +554,7 @@ class CudaIpcTransport final : public Transport {
     }
   }
 
-  Options opt_;
+  CudaIpcConfig opt_;
   std::string where_ = where();
   Capabilities caps_;
   std::string last_error_;
@@ -578,6 +578,6 @@ class CudaIpcTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_endpoint(const Options& options) { return std::make_unique<CudaIpcTransport>(options); }
+std::unique_ptr<Transport> make_endpoint(const CudaIpcConfig& options) { return std::make_unique<CudaIpcTransport>(options); }
 
 }  // namespace anyep::transport::cuda_ipc

@@ -17,7 +17,7 @@
 
 namespace anyep::transport::cuda_ipc {
 
-struct Options {
+struct CudaIpcConfig {
   uint32_t rank = 0;
   uint32_t num_ranks = 1;
   int device = 0;                  // CUDA device of this endpoint; its registrations must live there
@@ -29,6 +29,6 @@ struct Options {
 
 // Creates the endpoint (its copy streams, events and its shared-memory inbox). Throws
 // anyep::CudaError when the device cannot be used, anyep::InvalidArgument for bad options.
-std::unique_ptr<Transport> make_endpoint(const Options& options);
+std::unique_ptr<Transport> make_endpoint(const CudaIpcConfig& options);
 
 }  // namespace anyep::transport::cuda_ipc

@@ -2,7 +2,6 @@
 #include <cstring>
 #include <set>
 
-#include "common/env.h"
 #include "common/error.h"
 #include "transport/libfabric/libfabric_nic.h"
 
@@ -56,8 +55,6 @@ bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, 
 
 std::string choose_provider(const std::string& configured) {
   if (!configured.empty()) return configured;
-  std::string env = env::get_string("ANYEP_FI_PROVIDER");
-  if (!env.empty()) return env;
   std::string tried;
   for (const char* p : {"efa", "cxi", "verbs;ofi_rxm", "tcp;ofi_rxm"}) {
     InfoList l;
@@ -65,7 +62,7 @@ std::string choose_provider(const std::string& configured) {
     if (query_provider(p, false, l, &why)) return p;
     tried += "\n  " + why;
   }
-  throw Unsupported("libfabric: no usable provider found (set ANYEP_FI_PROVIDER):" + tried);
+  throw Unsupported("libfabric: no usable provider found (name one: LibfabricConfig::provider, ANYEP_FI_PROVIDER):" + tried);
 }
 
 std::vector<const fi_info*> pick_domains(const fi_info* head, uint32_t want) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/env.h"
 #include "common/error.h"
 #include "transport/libfabric/libfabric_nic.h"
 #include "transport/region_table.h"
@@ -65,10 +64,9 @@ class LibfabricTransport final : public Transport {
     std::string prov = choose_provider(cfg.provider);
     std::string why;
     if (!query_provider(prov, cfg.want_hmem, infos_, &why)) throw Unsupported(why);
-    int64_t want = cfg.num_nics >= 0 ? cfg.num_nics : env::get_int("ANYEP_FI_NICS");
-    if (want < 0 || want > 64) throw InvalidArgument("libfabric transport: NIC count " + std::to_string(want) + " not in [0, 64]");
-    striping_ = cfg.striping >= 0 ? static_cast<Striping>(cfg.striping) : striping_from_env();
-    for (const fi_info* i : pick_domains(infos_.head, static_cast<uint32_t>(want))) nics_.push_back(open_nic(i, n_));
+    if (cfg.num_nics > 64) throw InvalidArgument("libfabric transport: NIC count " + std::to_string(cfg.num_nics) + " not in [0, 64]");
+    striping_ = cfg.striping;
+    for (const fi_info* i : pick_domains(infos_.head, cfg.num_nics)) nics_.push_back(open_nic(i, n_));
     distinct_domains_ = static_cast<uint32_t>(pick_domains(infos_.head, 0).size());
     fill_capabilities(cfg);
     // One op pool over all NICs, sized by their transmit queues.
@@ -363,13 +361,6 @@ class LibfabricTransport final : public Transport {
  private:
   bool virt_addr(size_t k) const { return nics_[k]->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR; }
 
-  static Striping striping_from_env() {
-    std::string s = env::get_string("ANYEP_FI_STRIPING");
-    if (s == "bytes") return Striping::kBytes;
-    if (s == "dest") return Striping::kDest;
-    if (s == "rr") return Striping::kRoundRobin;
-    throw InvalidArgument("ANYEP_FI_STRIPING='" + s + "' is not one of bytes, dest, rr");
-  }
   const char* striping_name() const {
     return striping_ == Striping::kBytes ? "bytes" : striping_ == Striping::kDest ? "dest" : "rr";
   }
@@ -414,8 +405,8 @@ class LibfabricTransport final : public Transport {
   // proxy knows (never silently).
   void choose_source_id(const LibfabricConfig& cfg, size_t cq_data) {
     bool rxm = caps_.provider.find("ofi_rxm") != std::string::npos;
-    int want = cfg.source_id >= 0 ? cfg.source_id : (rxm ? 1 : 0);
-    if (want == 0) {
+    const SourceId want = cfg.source_id != SourceId::kAuto ? cfg.source_id : rxm ? SourceId::kCqData : SourceId::kFiSource;
+    if (want == SourceId::kFiSource) {
       source_ = SourceId::kFiSource;
       imm_room_ = std::min<size_t>(4, cq_data);
       imm_shift_ = 32;
@@ -586,7 +577,7 @@ class LibfabricTransport final : public Transport {
   Striping striping_ = Striping::kBytes;
   uint32_t rr_ = 0;
   bool provider_atomics_ = false;
-  enum class SourceId { kFiSource, kCqData } source_ = SourceId::kFiSource;
+  SourceId source_ = SourceId::kFiSource;  // never kAuto once chosen
   size_t imm_room_ = 4;     // immediate bytes left for the caller
   uint32_t imm_shift_ = 32;  // where the rank starts in CQ data (kCqData)
   uint64_t imm_mask_ = 0xffffffffull;

@@ -29,27 +29,35 @@ enum class Striping : uint8_t {
   kRoundRobin = 2,  // one write per NIC in turn
 };
 
+// How a receiver learns the writer's rank.
+enum class SourceId : uint8_t {
+  kAuto = 0,      // FI_SOURCE, except for ofi_rxm-layered providers whose remote-write completions carry no source
+  kFiSource = 1,  // the address-vector index libfabric reports (fi_cq_readfrom)
+  kCqData = 2,    // the rank in CQ data bits above the 32-bit immediate (shrinks imm_bytes when CQ data is 4 bytes)
+};
+
+// Every field is a plain value: nothing here reads the environment. from_env() fills the fields
+// the environment sets (whoever builds the config at the top calls it).
 struct LibfabricConfig {
   // Provider name as libfabric spells it ("efa", "verbs;ofi_rxm", "cxi", "tcp", "tcp;ofi_rxm",
-  // "shm"). Empty: ANYEP_FI_PROVIDER, else the first available of efa, cxi, verbs;ofi_rxm,
-  // tcp;ofi_rxm.
+  // "shm"). Empty: the first available of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm.
   std::string provider;
-  // NICs (domains) per endpoint set; -1: ANYEP_FI_NICS; 0: every domain the provider lists. More
-  // than the machine has opens some domains twice (emulates several NICs; used by tests).
-  int num_nics = -1;
-  // -1: ANYEP_FI_STRIPING; else a Striping value.
-  int striping = -1;
+  // NICs (domains) per endpoint set; 0: every domain the provider lists. More than the machine has
+  // opens some domains twice (emulates several NICs; used by tests).
+  uint32_t num_nics = 1;
+  Striping striping = Striping::kBytes;
   // Cap on the immediate's width in bytes (<= 4). Lets tests emulate a NIC with narrow CQ data.
   uint32_t max_imm_bytes = 4;
-  // How a receiver learns the writer's rank: -1 auto (FI_SOURCE, except for ofi_rxm-layered
-  // providers whose remote-write completions carry no source address), 0 FI_SOURCE, 1 the rank in
-  // CQ data bits above the 32-bit immediate (shrinks imm_bytes when CQ data is only 4 bytes).
-  int source_id = -1;
+  SourceId source_id = SourceId::kAuto;
   // Treat the provider's CQ data as at most this many bytes (< 8 emulates a NIC with 4-byte CQ
   // data, as verbs has; tests use it to exercise the rank-in-the-top-bytes path).
   uint32_t max_cq_data_bytes = 8;
   // Ask for FI_HMEM (GPU memory registration) when the provider offers it.
   bool want_hmem = true;
+
+  // provider from ANYEP_FI_PROVIDER, num_nics from ANYEP_FI_NICS, striping from ANYEP_FI_STRIPING;
+  // the rest default. Throws InvalidArgument naming the variable for a bad value.
+  static LibfabricConfig from_env();
 };
 
 std::unique_ptr<Transport> make_libfabric_transport(uint32_t rank, uint32_t num_ranks, const LibfabricConfig& cfg = {});

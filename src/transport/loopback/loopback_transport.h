@@ -18,6 +18,12 @@ class Fabric;
 // Creates the shared in-process fabric for `num_ranks` endpoints.
 std::shared_ptr<Fabric> make_fabric(uint32_t num_ranks);
 
+// Options of a loopback endpoint made through the transport factory.
+struct LoopbackConfig {
+  // The fabric the ranks of this process share (make_fabric). May stay null for a single rank.
+  std::shared_ptr<Fabric> fabric;
+};
+
 // The endpoint of `rank` on `fabric` (one per rank; a second call for the same rank throws).
 std::unique_ptr<Transport> make_endpoint(const std::shared_ptr<Fabric>& fabric, uint32_t rank);
 

@@ -11,14 +11,14 @@
 #include <string>
 
 #include "alltoall.h"
-#include "shm_board.h"
+#include "testkit/shm_board.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 
 using namespace anyep;
 
 namespace {
-std::string run(test::Board& board, uint32_t rank, int device, const test::AllToAllConfig& cfg, uint32_t imm_slots,
+std::string run(testkit::Board& board, uint32_t rank, int device, const test::AllToAllConfig& cfg, uint32_t imm_slots,
                 uint32_t max_outstanding) {
   const uint32_t n = board.num_ranks();
   if (auto e = test::cuda_check(cudaSetDevice(device), "cudaSetDevice"); !e.empty()) return e;
@@ -30,7 +30,7 @@ std::string run(test::Board& board, uint32_t rank, int device, const test::AllTo
   uint8_t *send = send_alloc + kLead, *recv = recv_alloc + kLead;
   std::string err = test::fill_buffers(rank, cfg, n, send, recv);
   if (err.empty()) {
-    transport::cuda_ipc::Options o;
+    transport::cuda_ipc::CudaIpcConfig o;
     o.rank = rank;
     o.num_ranks = n;
     o.device = device;
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   }
   uint32_t rank = static_cast<uint32_t>(std::atoi(argv[2]));
   try {
-    test::Board board = test::Board::attach(argv[1]);
+    testkit::Board board = testkit::Board::attach(argv[1]);
     std::string err;
     try {
       test::AllToAllConfig cfg;

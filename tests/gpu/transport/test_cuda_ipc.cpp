@@ -12,7 +12,7 @@
 
 #include "alltoall.h"
 #include "common/error.h"
-#include "shm_board.h"
+#include "testkit/shm_board.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
 
@@ -60,7 +60,7 @@ struct Job {
   std::vector<DevPtr> send, recv;
   std::vector<std::unique_ptr<Transport>> t;
 };
-Job make_job(const std::vector<int>& devices, cuda_ipc::Options base, size_t send_bytes, size_t recv_bytes,
+Job make_job(const std::vector<int>& devices, cuda_ipc::CudaIpcConfig base, size_t send_bytes, size_t recv_bytes,
              uint8_t recv_fill = test::kRecvFill) {
   Job j;
   const uint32_t n = static_cast<uint32_t>(devices.size());
@@ -192,7 +192,7 @@ TEST(CudaIpcTransport, BadWritesAreRejectedBeforeAnyCopy) {
 
 TEST(CudaIpcTransport, BadSetupIsRejected) {
   REQUIRE_GPUS(1);
-  cuda_ipc::Options o;
+  cuda_ipc::CudaIpcConfig o;
   o.device = 99;
   EXPECT_THROW(cuda_ipc::make_endpoint(o), InvalidArgument);
   o.device = 0;
@@ -240,7 +240,7 @@ TEST(CudaIpcTransport, BadSetupIsRejected) {
 
 TEST(CudaIpcTransport, OutstandingLimitGivesEagainUntilPolled) {
   REQUIRE_GPUS(1);
-  cuda_ipc::Options o;
+  cuda_ipc::CudaIpcConfig o;
   o.max_outstanding = 4;
   constexpr size_t kBytes = 8 << 20;
   Job j = make_job({0, 0}, o, kBytes, kBytes);
@@ -262,7 +262,7 @@ TEST(CudaIpcTransport, OutstandingLimitGivesEagainUntilPolled) {
 // their operations stay incomplete until the peer drains; each arrives exactly once.
 TEST(CudaIpcTransport, FullInboxKeepsImmediatesPending) {
   REQUIRE_GPUS(1);
-  cuda_ipc::Options o;
+  cuda_ipc::CudaIpcConfig o;
   o.imm_slots = 4;
   o.max_outstanding = 64;
   Job j = make_job({0, 0}, o, 4096, 4096);
@@ -314,13 +314,13 @@ TEST_P(CudaIpcMultiProcess, AllToAllEveryByteEveryImmediate) {
   const MpCase& c = GetParam();
   REQUIRE_GPUS(c.gpus);
   std::string board_name = "/anyep-cipc-test-" + std::to_string(getpid()) + "-" + c.name;
-  test::Board board = test::Board::create(board_name, c.ranks);
+  testkit::Board board = testkit::Board::create(board_name, c.ranks);
   std::vector<std::vector<std::string>> argv;
   for (uint32_t r = 0; r < c.ranks; ++r)
     argv.push_back({CUDA_IPC_PEER, board_name, std::to_string(r), std::to_string(static_cast<int>(r) % c.gpus), "7",
                     std::to_string(c.writes_per_peer), std::to_string(c.max_len), std::to_string(c.imm_slots),
                     std::to_string(c.max_outstanding)});
-  EXPECT_EQ(test::spawn_and_wait(argv, board, 90), "");
+  EXPECT_EQ(testkit::spawn_and_wait(argv, board, 90), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -11,12 +11,13 @@
 #include <thread>
 
 #include "common/error.h"
-#include "mp_harness.h"
 #include "proxy/proxy.h"
-#include "transport/libfabric/libfabric_transport.h"
+#include "testkit/mp_harness.h"
+#include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 
@@ -32,23 +33,23 @@ struct BarrierRank {
   std::unique_ptr<Channel> channel;
   std::unique_ptr<Proxy> proxy;
 
-  BarrierRank(mp::Rank& r, uint32_t per_host, uint64_t timeout_ms) {
+  BarrierRank(testkit::Rank& r, uint32_t per_host, uint64_t timeout_ms) {
     ChannelConfig cc;
     cc.num_rings = 2;
     cc.capacity = 64;
     channel = std::make_unique<Channel>(cc);
     std::vector<std::unique_ptr<transport::Transport>> eps;
-    for (uint32_t t = 0; t < 2; ++t) {
-      transport::libfabric::LibfabricConfig lc;
-      lc.provider = "tcp";
-      eps.push_back(transport::libfabric::make_libfabric_transport(r.rank, r.size, lc));
-    }
+    transport::TransportSpec spec;
+    spec.name = "tcp";
+    spec.rank = r.rank;
+    spec.num_ranks = r.size;
+    for (uint32_t t = 0; t < 2; ++t) eps.push_back(transport::make_transport(spec));
     ProxyConfig pc;
     pc.counters = counters.data();
     pc.num_counters = 4;
     pc.num_tags = 4;
     pc.timeout_ns = timeout_ms * 1000000ull;
-    pc.ranks_per_node = per_host;
+    if (per_host) pc.ranks_per_node = per_host;  // 0: detect
     proxy = std::make_unique<Proxy>(pc, *channel, std::move(eps),
                                     std::vector<Region>{{"buffer", buffer.data(), buffer.size() * 8}}, *r.boot);
     proxy->start();
@@ -58,7 +59,7 @@ struct BarrierRank {
 void require_tcp() {
   ::setenv("FI_TCP_IFACE", "lo", 0);
   std::string why;
-  if (!transport::libfabric::provider_available("tcp", &why)) throw mp::Skip(why);
+  if (!transport::available("tcp", &why)) throw testkit::Skip(why);
 }
 
 struct Case {
@@ -70,9 +71,9 @@ class HostBarrierMp : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HostBarrierMp, NoRankLeavesBeforeTheLastEntered) {
   const Case c = GetParam();
-  mp::RunOptions opt;
+  testkit::RunOptions opt;
   opt.timeout_s = 60;
-  auto res = mp::run_ranks(c.ranks, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(c.ranks, [&](testkit::Rank& r) {
     require_tcp();
     BarrierRank b(r, c.per_host, 20000);
     const HostLayout& L = b.proxy->hosts();
@@ -123,9 +124,9 @@ INSTANTIATE_TEST_SUITE_P(Hosts, HostBarrierMp, ::testing::Values(Case{4, 2}, Cas
                          });
 
 TEST(HostBarrierMpFailures, RankThatNeverArrivesTimesOutNamingItAndItsHost) {
-  mp::RunOptions opt;
+  testkit::RunOptions opt;
   opt.timeout_s = 60;
-  auto res = mp::run_ranks(4, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(4, [&](testkit::Rank& r) {
     require_tcp();
     BarrierRank b(r, 2, 400);
     if (r.rank != 3) {  // rank 3 (host 1) never enters

@@ -4,13 +4,13 @@
 
 #include <cstdlib>
 
-#include "mp_harness.h"
-#include "proxy/workload_rank.h"
-#include "transport/chaos/chaos_transport.h"
-#include "transport/libfabric/libfabric_transport.h"
+#include "testkit/mp_harness.h"
+#include "testkit/workload_rank.h"
+#include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 
@@ -28,10 +28,10 @@ TEST_P(ProxyMp, StreamWorkloadInvariantsHold) {
   const Case c = GetParam();
   ::setenv("FI_TCP_IFACE", "lo", 0);
   std::string why;
-  if (!transport::libfabric::provider_available(c.provider, &why)) GTEST_SKIP() << why;
-  mp::RunOptions opt;
+  if (!transport::available(c.provider, &why)) GTEST_SKIP() << why;
+  testkit::RunOptions opt;
   opt.timeout_s = 90;
-  auto res = mp::run_ranks(c.ranks, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(c.ranks, [&](testkit::Rank& r) {
     WorkloadConfig w;
     w.seed = 20261122 + c.ranks * 7 + c.chaos;
     w.ranks = r.size;
@@ -43,14 +43,16 @@ TEST_P(ProxyMp, StreamWorkloadInvariantsHold) {
     pc.timeout_ns = 40'000'000'000ull;
     pc.signal_slots = 16;
     RankRun run = run_workload_rank(w, pc, c.threads, *r.boot, [&](uint32_t thread) {
-      transport::libfabric::LibfabricConfig lc;
-      lc.provider = c.provider;
-      auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, lc);
-      if (!c.chaos) return t;
-      transport::chaos::ChaosConfig cc;
-      cc.seed = 77 + r.rank * 13 + thread;
-      cc.max_delay = 8;
-      return transport::chaos::make_chaos_transport(std::move(t), cc);
+      transport::TransportSpec spec;
+      spec.name = c.provider;
+      spec.rank = r.rank;
+      spec.num_ranks = r.size;
+      if (c.chaos) {
+        spec.chaos.emplace();
+        spec.chaos->seed = 77 + r.rank * 13 + thread;
+        spec.chaos->max_delay = 8;
+      }
+      return transport::make_transport(spec);
     });
     ANYEP_MP_CHECK(run.stats.commands == run.result.commands, "every pushed command retired exactly once");
     ANYEP_MP_CHECK(!c.chaos || !run.bypass, "the engine runs on an unordered transport");

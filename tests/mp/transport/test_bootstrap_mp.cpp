@@ -3,14 +3,14 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "mp_harness.h"
+#include "testkit/mp_harness.h"
 
 namespace anyep {
 namespace {
 
 TEST(TcpBootstrapMp, AllgatherOfDifferentSizesReachesEveryRank) {
   for (uint32_t n : {1u, 2u, 4u, 8u}) {
-    auto res = mp::run_ranks(n, [](mp::Rank& r) {
+    auto res = testkit::run_ranks(n, [](testkit::Rank& r) {
       for (int round = 0; round < 3; ++round) {
         std::vector<uint8_t> mine(r.rank * 1000 + round, static_cast<uint8_t>(r.rank + round));
         auto all = r.boot->allgather(mine);
@@ -27,10 +27,10 @@ TEST(TcpBootstrapMp, AllgatherOfDifferentSizesReachesEveryRank) {
 }
 
 TEST(TcpBootstrapMp, PeerThatNeverJoinsIsNamedByRankZero) {
-  mp::RunOptions opt;
+  testkit::RunOptions opt;
   opt.bootstrap = false;
   opt.timeout_s = 20;
-  auto res = mp::run_ranks(4, [](mp::Rank& r) {
+  auto res = testkit::run_ranks(4, [](testkit::Rank& r) {
     if (r.rank == 2) return;  // never joins
     try {
       auto b = transport::make_tcp_bootstrap("127.0.0.1", r.port, r.rank, r.size, 1.5);
@@ -49,9 +49,9 @@ TEST(TcpBootstrapMp, PeerThatNeverJoinsIsNamedByRankZero) {
 }
 
 TEST(TcpBootstrapMp, NoRankZeroIsATimeoutForTheOthers) {
-  mp::RunOptions opt;
+  testkit::RunOptions opt;
   opt.bootstrap = false;
-  auto res = mp::run_ranks(2, [](mp::Rank& r) {
+  auto res = testkit::run_ranks(2, [](testkit::Rank& r) {
     if (r.rank == 0) return;
     try {
       transport::make_tcp_bootstrap("127.0.0.1", r.port, r.rank, r.size, 0.5);
@@ -66,20 +66,20 @@ TEST(TcpBootstrapMp, NoRankZeroIsATimeoutForTheOthers) {
 }
 
 TEST(MpHarness, ReportsFailuresSkipsAndStragglersByRank) {
-  mp::RunOptions opt;
+  testkit::RunOptions opt;
   opt.timeout_s = 3;
   opt.bootstrap = false;
-  auto res = mp::run_ranks(4, [](mp::Rank& r) {
+  auto res = testkit::run_ranks(4, [](testkit::Rank& r) {
     if (r.rank == 1) throw std::runtime_error("boom on one");
-    if (r.rank == 2) throw mp::Skip("no such provider");
+    if (r.rank == 2) throw testkit::Skip("no such provider");
     if (r.rank == 3) ::pause();  // straggler
   }, opt);
   ASSERT_EQ(res.ranks.size(), 4u);
-  EXPECT_EQ(res.ranks[0].status, mp::RankOutcome::Status::kOk);
-  EXPECT_EQ(res.ranks[1].status, mp::RankOutcome::Status::kFailed);
+  EXPECT_EQ(res.ranks[0].status, testkit::RankOutcome::Status::kOk);
+  EXPECT_EQ(res.ranks[1].status, testkit::RankOutcome::Status::kFailed);
   EXPECT_EQ(res.ranks[1].message, "boom on one");
-  EXPECT_EQ(res.ranks[2].status, mp::RankOutcome::Status::kSkipped);
-  EXPECT_EQ(res.ranks[3].status, mp::RankOutcome::Status::kKilled);
+  EXPECT_EQ(res.ranks[2].status, testkit::RankOutcome::Status::kSkipped);
+  EXPECT_EQ(res.ranks[3].status, testkit::RankOutcome::Status::kKilled);
   EXPECT_FALSE(res.ok());
   EXPECT_FALSE(res.skipped());
   EXPECT_NE(res.summary().find("rank 3 KILLED"), std::string::npos) << res.summary();

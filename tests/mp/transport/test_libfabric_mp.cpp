@@ -8,8 +8,8 @@
 
 #include "alltoall_check.h"
 #include "common/error.h"
-#include "mp_harness.h"
-#include "transport/chaos/chaos_transport.h"
+#include "testkit/mp_harness.h"
+#include "transport/factory.h"
 #include "transport/libfabric/libfabric_transport.h"
 
 namespace anyep {
@@ -43,15 +43,20 @@ LibfabricConfig host_only() {
   return c;
 }
 
-std::unique_ptr<transport::Transport> make(const mp::Rank& r, const std::string& prov, bool chaos,
+std::unique_ptr<transport::Transport> make(const testkit::Rank& r, const std::string& prov, bool chaos,
                                            LibfabricConfig cfg = host_only()) {
-  cfg.provider = prov;
-  auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, cfg);
-  if (!chaos) return t;
-  transport::chaos::ChaosConfig cc;
-  cc.seed = 20261122;
-  cc.max_delay = 16;
-  return transport::chaos::make_chaos_transport(std::move(t), cc);
+  transport::TransportSpec spec;
+  spec.name = prov.substr(0, prov.find(';'));  // "tcp;ofi_rxm" is the factory's "tcp", layered
+  spec.rank = r.rank;
+  spec.num_ranks = r.size;
+  spec.libfabric = cfg;
+  spec.libfabric.provider = prov;
+  if (chaos) {
+    spec.chaos.emplace();
+    spec.chaos->seed = 20261122;
+    spec.chaos->max_delay = 16;
+  }
+  return transport::make_transport(spec);
 }
 
 class Alltoall : public ::testing::TestWithParam<Case> {};
@@ -60,9 +65,9 @@ TEST_P(Alltoall, EveryByteAndImmediateExactlyOnce) {
   const Case c = GetParam();
   require_provider(c.provider);
   if (::testing::Test::IsSkipped()) return;
-  mp::RunOptions opt;
+  testkit::RunOptions opt;
   opt.timeout_s = 90;
-  auto res = mp::run_ranks(c.ranks, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(c.ranks, [&](testkit::Rank& r) {
     auto t = make(r, c.provider, c.chaos);
     if (c.chaos) ANYEP_MP_CHECK(!t->capabilities().ordered_writes, "chaos must report unordered writes");
     mptest::AlltoallSpec spec;
@@ -90,10 +95,10 @@ TEST_P(Provider, TwoEmulatedNicsStripeWritesAndStillDeliverEverything) {
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
   for (int striping : {0, 1, 2}) {
-    auto res = mp::run_ranks(3, [&](mp::Rank& r) {
+    auto res = testkit::run_ranks(3, [&](testkit::Rank& r) {
       LibfabricConfig cfg = host_only();
       cfg.num_nics = 2;
-      cfg.striping = striping;
+      cfg.striping = static_cast<transport::libfabric::Striping>(striping);
       auto t = make(r, prov, false, cfg);
       ANYEP_MP_CHECK(t->capabilities().num_nics == 2, "num_nics");
       ANYEP_MP_CHECK(!t->capabilities().ordered_writes, "striped writes cannot be reported ordered");
@@ -114,9 +119,9 @@ TEST_P(Provider, RankInCqDataIdentifiesTheSourceToo) {
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
   for (uint32_t cq_bytes : {8u, 4u}) {
-    auto res = mp::run_ranks(3, [&](mp::Rank& r) {
+    auto res = testkit::run_ranks(3, [&](testkit::Rank& r) {
       LibfabricConfig cfg = host_only();
-      cfg.source_id = 1;
+      cfg.source_id = transport::libfabric::SourceId::kCqData;
       cfg.max_cq_data_bytes = cq_bytes;
       auto t = make(r, prov, false, cfg);
       std::string d = transport::libfabric::describe(*t);
@@ -139,7 +144,7 @@ TEST_P(Provider, FullQueueIsEagainNotAnErrorAndEverythingStillArrives) {
   require_provider(GetParam());
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
-  auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(2, [&](testkit::Rank& r) {
     auto t = make(r, prov, false);
     std::vector<uint8_t> buf(64, 0);
     auto id = t->register_memory(buf.data(), buf.size(), transport::MemKind::kHost);
@@ -215,7 +220,7 @@ TEST_P(Provider, BadInputIsRefusedBeforeTheWire) {
   require_provider(GetParam());
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
-  auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(2, [&](testkit::Rank& r) {
     LibfabricConfig cfg;  // FI_HMEM asked for: the CUDA registration check below needs it
     cfg.max_imm_bytes = 2;  // emulate a NIC whose CQ data holds 16 bits
     auto t = make(r, prov, false, cfg);
@@ -275,7 +280,7 @@ TEST_P(Provider, BatchStopsAtTheFirstBadWrite) {
   require_provider(GetParam());
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
-  auto res = mp::run_ranks(2, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(2, [&](testkit::Rank& r) {
     auto t = make(r, prov, false);
     std::vector<uint8_t> buf(4096, static_cast<uint8_t>(r.rank ? 0 : 0xab));
     auto id = t->register_memory(buf.data(), buf.size(), transport::MemKind::kHost);
@@ -324,9 +329,9 @@ TEST_P(Provider, PeerThatNeverJoinsIsNamed) {
   require_provider(GetParam());
   if (::testing::Test::IsSkipped()) return;
   std::string prov = GetParam();
-  mp::RunOptions opt;
+  testkit::RunOptions opt;
   opt.bootstrap = false;
-  auto res = mp::run_ranks(3, [&](mp::Rank& r) {
+  auto res = testkit::run_ranks(3, [&](testkit::Rank& r) {
     if (r.rank == 1) return;  // never joins
     auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, LibfabricConfig{prov});
     try {

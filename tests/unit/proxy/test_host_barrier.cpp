@@ -12,10 +12,11 @@
 #include <thread>
 
 #include "common/error.h"
-#include "proxy/local_cluster.h"
+#include "testkit/local_cluster.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 
@@ -28,7 +29,7 @@ LocalClusterConfig cluster(uint32_t ranks, uint32_t per_host, uint64_t timeout_m
   c.num_counters = 4;
   c.proxy.num_tags = 4;
   c.proxy.timeout_ns = timeout_ms * 1000000ull;
-  c.proxy.ranks_per_node = per_host;
+  if (per_host) c.proxy.ranks_per_node = per_host;  // 0: detect
   return c;
 }
 

@@ -8,10 +8,11 @@
 #include <thread>
 
 #include "common/error.h"
-#include "proxy/local_cluster.h"
+#include "testkit/local_cluster.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 
@@ -22,7 +23,7 @@ LocalClusterConfig small(uint32_t ranks, int ordering, uint64_t timeout_ms = 200
   c.rings = 2;
   c.buffer_bytes = 1 << 16;
   c.num_counters = 16;
-  c.proxy.ordering = ordering;
+  c.proxy.ordering = static_cast<Ordering>(ordering);
   c.proxy.num_tags = 16;
   c.proxy.timeout_ns = timeout_ms * 1000000ull;
   c.proxy.ranks_per_node = 1;  // every rank its own host: flat barriers (test_host_barrier covers hosts)

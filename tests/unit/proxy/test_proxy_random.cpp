@@ -9,12 +9,13 @@
 #include <thread>
 
 #include "common/error.h"
-#include "proxy/local_cluster.h"
-#include "proxy/workload.h"
+#include "testkit/local_cluster.h"
+#include "testkit/workload.h"
 #include "transport/chaos/chaos_transport.h"
 
 using namespace anyep;
 using namespace anyep::proxy;
+using namespace anyep::testkit;
 
 namespace {
 
@@ -41,7 +42,7 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
   lc.buffer_bytes = StreamWorkload::buffer_bytes(w);
   lc.num_counters = StreamWorkload::num_counters(w);
   lc.proxy.num_tags = StreamWorkload::num_tags(w);
-  lc.proxy.ordering = c.ordering;
+  lc.proxy.ordering = static_cast<Ordering>(c.ordering);
   lc.proxy.signal_slots = c.signal_slots;
   lc.proxy.staging_slots = 8;
   lc.proxy.timeout_ns = 30'000'000'000ull;

@@ -1,4 +1,4 @@
-// anyep/tests/gpu/transport/bench_cuda_ipc.cpp — GPU0 -> GPU1 (two processes) through the cuda-ipc
+// anyep/bench/cuda_ipc/bench_cuda_ipc.cpp — GPU0 -> GPU1 (two processes) through the cuda-ipc
 // backend vs a raw copy loop measured in the same run, 64 B .. 16 MiB.
 //
 //   bench_cuda_ipc [reps]      (launcher: spawns rank 0 on GPU 0 and rank 1 on GPU 1)
@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "shm_board.h"
-#include "transport/cuda_ipc/cuda_ipc_transport.h"
+#include "testkit/shm_board.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
+#include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::transport;
@@ -83,7 +83,7 @@ void drain(Transport& t, uint64_t n, double deadline) {
 }
 
 int child(const char* board_name, uint32_t rank, int device, int reps) {
-  test::Board board = test::Board::attach(board_name);
+  testkit::Board board = testkit::Board::attach(board_name);
   check(cudaSetDevice(device), "cudaSetDevice");
   uint8_t *buf = nullptr, *raw_target = nullptr;
   uint64_t bytes = rank == 0 ? kSrcBytes : kDstBytes;
@@ -97,11 +97,9 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
     check(cudaIpcGetMemHandle(&raw_handle, raw_target), "cudaIpcGetMemHandle");
   }
   check(cudaDeviceSynchronize(), "sync");
-  cuda_ipc::Options o;
-  o.rank = rank;
-  o.num_ranks = 2;
-  o.device = device;
-  auto t = cuda_ipc::make_endpoint(o);
+  TransportSpec spec = TransportSpec::from_env("cuda-ipc", rank, 2);  // ANYEP_CHAOS_SEED: under chaos
+  spec.cuda_ipc.device = device;
+  auto t = make_transport(spec);
   t->register_memory(buf, bytes, MemKind::kCuda);  // MrId 0 on both ranks: source on 0, target on 1
   t->connect(board.allgather(rank, 0, t->local_address()));
   auto descs = board.allgather(rank, 1, t->export_mr(0));
@@ -128,7 +126,7 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
     std::printf("# cuda-ipc benchmark: rank 0 (pid %d, GPU %d %s) -> rank 1 (GPU %d %s), host %s\n", getpid(), device,
                 p0.name, peer_dev, p1.name, host);
     std::printf("# median of %d reps after 1 warm-up; N = clamp(2 GiB / size, 100, 20000) writes per rep; "
-                "options: %u streams, max_outstanding %u\n", reps, o.num_streams, o.max_outstanding);
+                "options: %u streams, max_outstanding %u\n", reps, spec.cuda_ipc.num_streams, spec.cuda_ipc.max_outstanding);
     std::printf("# ratio = backend rate / raw rate (same sizes, same run); Mw/s = million writes per second\n");
     std::printf("%10s %7s | %9s %8s | %8s %6s | %8s %6s | %8s %6s\n", "size_B", "N", "raw_GB/s", "raw_Mw/s",
                 "wr_Mw/s", "ratio", "w32_Mw/s", "ratio", "b32_Mw/s", "ratio");
@@ -187,7 +185,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench_cuda_ipc rank %u: %s\n", rank, e.what());
       try {
-        test::Board::attach(argv[2]).report(rank, e.what());
+        testkit::Board::attach(argv[2]).report(rank, e.what());
       } catch (...) {
       }
       return 1;
@@ -202,13 +200,13 @@ int main(int argc, char** argv) {
   }
   if (ngpu < 2) std::printf("# only one GPU: both ranks on GPU 0\n");
   std::string name = "/anyep-cipc-bench-" + std::to_string(getpid());
-  test::Board board = test::Board::create(name, 2);
+  testkit::Board board = testkit::Board::create(name, 2);
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return 1;
   std::vector<std::vector<std::string>> argvs;
   for (int r = 0; r < 2; ++r)
     argvs.push_back({self, "--child", name, std::to_string(r), std::to_string(ngpu >= 2 ? r : 0), std::to_string(reps)});
-  std::string failures = test::spawn_and_wait(argvs, board, 500);
+  std::string failures = testkit::spawn_and_wait(argvs, board, 500);
   if (!failures.empty()) {
     std::fprintf(stderr, "bench_cuda_ipc failed:\n%s", failures.c_str());
     return 1;

@@ -1,4 +1,4 @@
-// anyep/src/proxy/workload.h
+// anyep/testkit/workload.h
 //
 // A seeded CPU workload shaped like EP traffic, for tests, the CPU main job and benchmarks. On
 // every rank, Q producer threads play GPU warps, one ring each; one observer thread plays the
@@ -36,7 +36,7 @@
 
 #include "channel/channel.h"
 
-namespace anyep::proxy {
+namespace anyep::testkit {
 
 struct WorkloadConfig {
   uint64_t seed = 1;
@@ -94,4 +94,4 @@ class StreamWorkload {
   std::function<void()> on_error_;
 };
 
-}  // namespace anyep::proxy
+}  // namespace anyep::testkit

@@ -1,4 +1,4 @@
-// anyep/tests/gpu/transport/test_imm_inbox.cpp — the cuda-ipc immediate inbox on the CPU (no GPU
+// anyep/tests/unit/transport/test_imm_inbox.cpp — the cuda-ipc immediate inbox on the CPU (no GPU
 // needed): capacity, wrap-around, per-source rings, a producer thread against a consumer, and
 // the segment's lifetime.
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// anyep/src/proxy/local_cluster.h — R ranks as threads of one process, each with its symmetric
+// anyep/testkit/local_cluster.h — R ranks as threads of one process, each with its symmetric
 // buffer, counters, channel and proxy: what unit tests, the loopback benchmark and the CPU main
 // job's in-process fallback run on. Endpoints come from a factory (default: loopback, one fabric
 // per proxy-thread index, so thread i of every rank shares fabric i).
@@ -9,14 +9,15 @@
 #include <vector>
 
 #include "channel/channel.h"
-#include "proxy/inproc_bootstrap.h"
+#include "testkit/inproc_bootstrap.h"
 #include "proxy/proxy.h"
 
-namespace anyep::proxy {
+namespace anyep::testkit {
 
 using EndpointFactory = std::function<std::unique_ptr<transport::Transport>(uint32_t rank, uint32_t thread)>;
 
-// Loopback endpoints for `ranks` ranks x `threads` threads.
+// Loopback endpoints for `ranks` ranks x `threads` threads (through the transport factory; no
+// chaos: tests wrap it themselves where they want it).
 EndpointFactory loopback_factory(uint32_t ranks, uint32_t threads);
 
 struct LocalClusterConfig {
@@ -26,7 +27,7 @@ struct LocalClusterConfig {
   uint32_t ring_capacity = 1024;
   uint64_t buffer_bytes = 1 << 20;
   uint32_t num_counters = 64;
-  ProxyConfig proxy;              // counters are filled in per rank
+  proxy::ProxyConfig proxy;              // counters are filled in per rank
   EndpointFactory endpoints;      // empty: loopback
   double bootstrap_timeout_s = 30;
 };
@@ -37,7 +38,7 @@ class LocalCluster {
     std::unique_ptr<uint64_t[]> buffer;    // symmetric region 0, 16-byte aligned
     std::unique_ptr<uint64_t[]> counters;  // signal targets
     std::unique_ptr<Channel> channel;
-    std::unique_ptr<Proxy> proxy;
+    std::unique_ptr<proxy::Proxy> proxy;
     uint8_t* bytes() { return reinterpret_cast<uint8_t*>(buffer.get()); }
   };
 
@@ -57,4 +58,4 @@ class LocalCluster {
   std::vector<Rank> ranks_;
 };
 
-}  // namespace anyep::proxy
+}  // namespace anyep::testkit

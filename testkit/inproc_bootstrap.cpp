@@ -1,10 +1,10 @@
-#include "proxy/inproc_bootstrap.h"
+#include "testkit/inproc_bootstrap.h"
 
 #include <chrono>
 
 #include "common/error.h"
 
-namespace anyep::proxy {
+namespace anyep::testkit {
 
 namespace {
 class Member final : public transport::Bootstrap {
@@ -52,4 +52,4 @@ std::vector<std::vector<uint8_t>> InProcessGroup::allgather(uint32_t rank, const
   return out_;
 }
 
-}  // namespace anyep::proxy
+}  // namespace anyep::testkit

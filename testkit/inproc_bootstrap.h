@@ -1,4 +1,4 @@
-// anyep/src/proxy/inproc_bootstrap.h — a Bootstrap for ranks that are threads of one process
+// anyep/testkit/inproc_bootstrap.h — a Bootstrap for ranks that are threads of one process
 // (unit tests, benchmarks over loopback, the CPU main job's in-process fallback). Every allgather
 // waits at most `timeout_s` and then names the ranks that never arrived.
 #pragma once
@@ -9,7 +9,7 @@
 
 #include "transport/bootstrap/bootstrap.h"
 
-namespace anyep::proxy {
+namespace anyep::testkit {
 
 class InProcessGroup {
  public:
@@ -29,4 +29,4 @@ class InProcessGroup {
   std::vector<bool> present_;
 };
 
-}  // namespace anyep::proxy
+}  // namespace anyep::testkit

@@ -1,4 +1,4 @@
-#include "mp_harness.h"
+#include "testkit/mp_harness.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <thread>
 
-namespace anyep::mp {
+namespace anyep::testkit {
 
 namespace {
 constexpr size_t kMaxMessage = 8192;  // below the pipe buffer: a child's write never blocks
@@ -155,4 +155,4 @@ std::string RunResult::summary() const {
   return s.empty() ? "all ranks ok" : s;
 }
 
-}  // namespace anyep::mp
+}  // namespace anyep::testkit

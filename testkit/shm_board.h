@@ -1,4 +1,4 @@
-// anyep/tests/gpu/transport/shm_board.h — test-only out-of-band exchange between a launcher and
+// anyep/testkit/shm_board.h — test-only out-of-band exchange between a launcher and
 // the worker processes it spawns (fork+exec, so no CUDA state crosses a fork): a POSIX shm
 // segment with an allgather area, a reusable barrier and a result line per rank. Every wait is
 // bounded and its timeout names the ranks that did not arrive.
@@ -21,7 +21,7 @@
 
 extern char** environ;
 
-namespace anyep::test {
+namespace anyep::testkit {
 
 inline constexpr uint32_t kBoardMaxRanks = 16;
 inline constexpr uint32_t kBoardRounds = 8;       // allgather rounds available
@@ -178,4 +178,4 @@ inline std::string spawn_and_wait(const std::vector<std::vector<std::string>>& a
   return failures;
 }
 
-}  // namespace anyep::test
+}  // namespace anyep::testkit

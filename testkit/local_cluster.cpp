@@ -1,19 +1,24 @@
-#include "proxy/local_cluster.h"
+#include "testkit/local_cluster.h"
 
 #include <cstring>
 #include <exception>
 #include <thread>
 
 #include "common/error.h"
-#include "transport/loopback/loopback_transport.h"
+#include "transport/factory.h"
 
-namespace anyep::proxy {
+namespace anyep::testkit {
 
 EndpointFactory loopback_factory(uint32_t ranks, uint32_t threads) {
   auto fabrics = std::make_shared<std::vector<std::shared_ptr<transport::loopback::Fabric>>>();
   for (uint32_t t = 0; t < threads; ++t) fabrics->push_back(transport::loopback::make_fabric(ranks));
-  return [fabrics](uint32_t rank, uint32_t thread) {
-    return transport::loopback::make_endpoint(fabrics->at(thread), rank);
+  return [fabrics, ranks](uint32_t rank, uint32_t thread) {
+    transport::TransportSpec spec;
+    spec.name = "loopback";
+    spec.rank = rank;
+    spec.num_ranks = ranks;
+    spec.loopback.fabric = fabrics->at(thread);
+    return transport::make_transport(spec);
   };
 }
 
@@ -40,11 +45,11 @@ LocalCluster::LocalCluster(const LocalClusterConfig& cfg) : cfg_(cfg), ranks_(cf
         auto boot = group.member(r);
         std::vector<std::unique_ptr<transport::Transport>> eps;
         for (uint32_t t = 0; t < cfg.threads; ++t) eps.push_back(cfg_.endpoints(r, t));
-        ProxyConfig pc = cfg_.proxy;
+        proxy::ProxyConfig pc = cfg_.proxy;
         pc.counters = k.counters.get();
         pc.num_counters = cfg.num_counters;
-        k.proxy = std::make_unique<Proxy>(pc, *k.channel, std::move(eps),
-                                          std::vector<Region>{{"buffer", k.buffer.get(), cfg.buffer_bytes}}, *boot);
+        k.proxy = std::make_unique<proxy::Proxy>(pc, *k.channel, std::move(eps),
+                                          std::vector<proxy::Region>{{"buffer", k.buffer.get(), cfg.buffer_bytes}}, *boot);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -69,4 +74,4 @@ void LocalCluster::check() {
   for (auto& k : ranks_) k.proxy->check();
 }
 
-}  // namespace anyep::proxy
+}  // namespace anyep::testkit

@@ -1,4 +1,4 @@
-// anyep/src/proxy/workload_rank.h — one rank of the stream workload in its own process: buffer,
+// anyep/testkit/workload_rank.h — one rank of the stream workload in its own process: buffer,
 // counters, channel, proxy (T endpoints from `make_endpoint`), run, checks. Used by the
 // multi-process tests and by the CPU main job.
 #pragma once
@@ -8,19 +8,19 @@
 #include <string>
 
 #include "proxy/proxy.h"
-#include "proxy/workload.h"
+#include "testkit/workload.h"
 
-namespace anyep::proxy {
+namespace anyep::testkit {
 
 struct RankRun {
   WorkloadResult result;
-  ProxyStats stats;
+  proxy::ProxyStats stats;
   double seconds = 0;     // workload run time (barrier to barrier)
   bool bypass = false;    // the ordering engine was bypassed
   std::string transport;  // backend/provider of the endpoints
 };
 
-RankRun run_workload_rank(const WorkloadConfig& w, ProxyConfig pc, uint32_t threads, transport::Bootstrap& boot,
+RankRun run_workload_rank(const WorkloadConfig& w, proxy::ProxyConfig pc, uint32_t threads, transport::Bootstrap& boot,
                           const std::function<std::unique_ptr<transport::Transport>(uint32_t thread)>& make_endpoint);
 
-}  // namespace anyep::proxy
+}  // namespace anyep::testkit

@@ -1,6 +1,6 @@
-// anyep/tests/mp/harness/mp_harness.h — run a function as n processes on localhost.
+// anyep/testkit/mp_harness.h — run a function as n processes on localhost.
 //
-//   auto res = anyep::mp::run_ranks(4, [](anyep::mp::Rank& r) {
+//   auto res = anyep::testkit::run_ranks(4, [](anyep::testkit::Rank& r) {
 //     // r.rank, r.size, r.boot (a TCP bootstrap on 127.0.0.1, already joined), r.port
 //     ANYEP_MP_CHECK(r.boot->allgather({1}).size() == 4, "allgather shape");
 //   });
@@ -22,7 +22,7 @@
 
 #include "transport/bootstrap/bootstrap.h"
 
-namespace anyep::mp {
+namespace anyep::testkit {
 
 // Thrown inside a rank to skip the whole run (e.g. a libfabric provider this machine lacks).
 struct Skip : std::runtime_error {
@@ -64,7 +64,7 @@ RunResult run_ranks(uint32_t n, const std::function<void(Rank&)>& fn, const RunO
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0 and released).
 uint16_t free_tcp_port();
 
-}  // namespace anyep::mp
+}  // namespace anyep::testkit
 
 // Inside a rank: throw with file:line and a message when cond is false.
 #define ANYEP_MP_CHECK(cond, msg)                                                                   \

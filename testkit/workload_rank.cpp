@@ -1,11 +1,11 @@
-#include "proxy/workload_rank.h"
+#include "testkit/workload_rank.h"
 
 #include <chrono>
 #include <vector>
 
-namespace anyep::proxy {
+namespace anyep::testkit {
 
-RankRun run_workload_rank(const WorkloadConfig& w, ProxyConfig pc, uint32_t threads, transport::Bootstrap& boot,
+RankRun run_workload_rank(const WorkloadConfig& w, proxy::ProxyConfig pc, uint32_t threads, transport::Bootstrap& boot,
                           const std::function<std::unique_ptr<transport::Transport>(uint32_t thread)>& make_endpoint) {
   const uint64_t bytes = StreamWorkload::buffer_bytes(w);
   std::vector<uint64_t> buffer((bytes + 7) / 8), counters(StreamWorkload::num_counters(w));
@@ -20,7 +20,7 @@ RankRun run_workload_rank(const WorkloadConfig& w, ProxyConfig pc, uint32_t thre
   pc.counters = counters.data();
   pc.num_counters = static_cast<uint32_t>(counters.size());
   pc.num_tags = StreamWorkload::num_tags(w);
-  Proxy proxy(pc, ch, std::move(eps), {{"buffer", buffer.data(), bytes}}, boot);
+  proxy::Proxy proxy(pc, ch, std::move(eps), {{"buffer", buffer.data(), bytes}}, boot);
   out.bypass = proxy.bypass();
   proxy.start();
   StreamWorkload wl(w, boot.rank(), reinterpret_cast<uint8_t*>(buffer.data()), counters.data(), ch);
@@ -33,4 +33,4 @@ RankRun run_workload_rank(const WorkloadConfig& w, ProxyConfig pc, uint32_t thre
   return out;
 }
 
-}  // namespace anyep::proxy
+}  // namespace anyep::testkit

@@ -1,4 +1,4 @@
-#include "proxy/workload.h"
+#include "testkit/workload.h"
 
 #include <sched.h>
 
@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 
-namespace anyep::proxy {
+namespace anyep::testkit {
 
 namespace {
 
@@ -328,4 +328,4 @@ WorkloadResult StreamWorkload::run(const std::function<void()>& on_error) {
   return total;
 }
 
-}  // namespace anyep::proxy
+}  // namespace anyep::testkit

@@ -1,0 +1,129 @@
+#include "transport/factory.h"
+
+#include "common/error.h"
+
+namespace anyep::transport {
+
+namespace {
+
+// The libfabric provider a name stands for ("" for "libfabric": choose automatically).
+struct FabricName {
+  const char* name;
+  const char* provider;
+};
+constexpr FabricName kFabricNames[] = {
+    {"tcp", "tcp"}, {"shm", "shm"}, {"efa", "efa"}, {"verbs", "verbs;ofi_rxm"}, {"cxi", "cxi"}, {"libfabric", ""},
+};
+
+const FabricName* fabric_name(const std::string& name) {
+  for (const auto& f : kFabricNames)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+std::string base_provider(const std::string& p) { return p.substr(0, p.find(';')); }
+
+std::string names_list() {
+  std::string s;
+  for (const auto& n : transport_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// Empty when `name`'s backend is built into this binary, else why not.
+std::string not_built(const std::string& name) {
+  if (fabric_name(name)) {
+#if ANYEP_HAVE_LIBFABRIC
+    return "";
+#else
+    return "transport '" + name + "' needs the libfabric backend, which is not built into this binary "
+           "(libfabric was not found at build time: install libfabric-dev and rebuild)";
+#endif
+  }
+  if (name == "cuda-ipc") {
+#if ANYEP_HAVE_CUDA_IPC
+    return "";
+#else
+    return "transport 'cuda-ipc' is not built into this binary (it was built with ANYEP_CUDA=OFF)";
+#endif
+  }
+  return "";
+}
+
+std::unique_ptr<Transport> make_inner(const TransportSpec& spec) {
+  if (const FabricName* f = fabric_name(spec.name)) {
+    libfabric::LibfabricConfig cfg = spec.libfabric;
+    if (*f->provider) {
+      if (cfg.provider.empty())
+        cfg.provider = f->provider;
+      else if (base_provider(cfg.provider) != base_provider(f->provider))
+        throw InvalidArgument("transport '" + spec.name + "': libfabric provider '" + cfg.provider +
+                              "' contradicts the name (use the name '" + base_provider(cfg.provider) + "' or 'libfabric')");
+    }
+    if (std::string why = not_built(spec.name); !why.empty()) throw Unsupported(why);
+#if ANYEP_HAVE_LIBFABRIC
+    return libfabric::make_libfabric_transport(spec.rank, spec.num_ranks, cfg);
+#endif
+  }
+  if (spec.name == "cuda-ipc") {
+    if (std::string why = not_built(spec.name); !why.empty()) throw Unsupported(why);
+#if ANYEP_HAVE_CUDA_IPC
+    cuda_ipc::CudaIpcConfig cfg = spec.cuda_ipc;
+    cfg.rank = spec.rank;
+    cfg.num_ranks = spec.num_ranks;
+    return cuda_ipc::make_endpoint(cfg);
+#endif
+  }
+  if (spec.name == "loopback") {
+    std::shared_ptr<loopback::Fabric> fabric = spec.loopback.fabric;
+    if (!fabric) {
+      if (spec.num_ranks != 1)
+        throw InvalidArgument("transport 'loopback': " + std::to_string(spec.num_ranks) +
+                              " ranks share one in-process fabric: set TransportSpec::loopback.fabric (loopback::make_fabric)");
+      fabric = loopback::make_fabric(1);
+    }
+    return loopback::make_endpoint(fabric, spec.rank);
+  }
+  throw InvalidArgument("transport '" + spec.name + "' is unknown; the transports are " + names_list());
+}
+
+}  // namespace
+
+TransportSpec TransportSpec::from_env(std::string name, uint32_t rank, uint32_t num_ranks) {
+  TransportSpec s;
+  s.name = std::move(name);
+  s.rank = rank;
+  s.num_ranks = num_ranks;
+  s.chaos = chaos::ChaosConfig::from_env();
+  s.libfabric = libfabric::LibfabricConfig::from_env();
+  // ANYEP_FI_PROVIDER chooses only for "libfabric"; "tcp", "shm", ... name their provider.
+  if (s.name != "libfabric") s.libfabric.provider.clear();
+  return s;
+}
+
+const std::vector<std::string>& transport_names() {
+  static const std::vector<std::string> names = {"tcp", "shm", "efa", "verbs", "cxi", "libfabric", "cuda-ipc", "loopback"};
+  return names;
+}
+
+std::unique_ptr<Transport> make_transport(const TransportSpec& spec) {
+  std::unique_ptr<Transport> t = make_inner(spec);
+  if (spec.chaos) t = chaos::make_chaos_transport(std::move(t), *spec.chaos);
+  return t;
+}
+
+bool available(const std::string& name, std::string* why) {
+  auto say = [&](std::string w) {
+    if (why) *why = std::move(w);
+    return false;
+  };
+  bool known = false;
+  for (const auto& n : transport_names()) known |= n == name;
+  if (!known) return say("transport '" + name + "' is unknown; the transports are " + names_list());
+  if (std::string w = not_built(name); !w.empty()) return say(w);
+#if ANYEP_HAVE_LIBFABRIC
+  if (const FabricName* f = fabric_name(name); f && *f->provider) return libfabric::provider_available(f->provider, why);
+#endif
+  return true;
+}
+
+}  // namespace anyep::transport
