@@ -28,7 +28,7 @@ t1=$(date +%s)
 (cd "$BUILD_DIR" && ctest -R "ImmInbox|CudaIpc" --output-on-failure --timeout 180) > "$OUT/ctest.log" 2>&1
 rc_test=$?
 t2=$(date +%s)
-"$BUILD_DIR/tests/gpu/transport/bench_cuda_ipc" "$BENCH_REPS" > "$OUT/bench.txt" 2> "$OUT/bench.err"
+"$BUILD_DIR/bench/cuda_ipc/bench_cuda_ipc" "$BENCH_REPS" > "$OUT/bench.txt" 2> "$OUT/bench.err"
 rc_bench=$?
 t3=$(date +%s)
 
