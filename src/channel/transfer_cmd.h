@@ -134,7 +134,7 @@ ANYEP_HD ANYEP_INLINE uint64_t cmd_dst_offset(const TransferCmd& c) {
   return (c.hi >> cmd::kOffsetBits) << cmd::kOffsetShift;
 }
 ANYEP_HD ANYEP_INLINE int32_t cmd_signal_value(const TransferCmd& c) {
-  return static_cast<int32_t>(static_cast<uint32_t>(c.hi & 0xffffffffull));
+  return static_cast<int32_t>(static_cast<uint32_t>(c.hi));  // the low 32 bits
 }
 ANYEP_HD ANYEP_INLINE uint32_t cmd_fence_count(const TransferCmd& c) {
   return static_cast<uint32_t>(c.hi >> 32);
