@@ -44,8 +44,12 @@ std::vector<std::vector<uint8_t>> InProcessGroup::allgather(uint32_t rank, const
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
   if (!cv_.wait_until(lk, deadline, [&] { return generation_ != gen; })) {
     std::string missing;
-    for (uint32_t r = 0; r < size_; ++r)
-      if (!present_[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    // Appended piecewise: `"," + std::to_string(r)` trips GCC 12's -Wrestrict false positive at -O3.
+    for (uint32_t r = 0; r < size_; ++r) {
+      if (present_[r]) continue;
+      if (!missing.empty()) missing += ',';
+      missing += std::to_string(r);
+    }
     throw TimeoutError("in-process bootstrap: rank " + std::to_string(rank) + " waited " +
                        std::to_string(timeout_s_) + " s in allgather; ranks never arrived: " + missing);
   }

@@ -7,17 +7,17 @@ __global__ void load_kernel(LoadParams p) {
   if (warp >= p.warps) return;
   const RingHandle ring = p.rings[warp % p.num_rings];  // a register copy: no reload per push
   // Lane 0's clock drives the loop so every decision is warp-uniform (push_warp needs that).
-  const uint64_t start = port::warp_broadcast(~0u, port::now_ns(), 0);
+  const uint64_t start = port::warp_broadcast(port::full_lane_mask(), port::now_ns(), 0);
   const uint64_t phase = p.period_ns ? p.period_ns * warp / p.warps : 0;
   uint64_t steps = 0, failed = 0;
   for (;;) {
-    uint64_t now = port::warp_broadcast(~0u, port::now_ns(), 0);
+    uint64_t now = port::warp_broadcast(port::full_lane_mask(), port::now_ns(), 0);
     if (now - start >= p.duration_ns) break;
     if (p.period_ns) {
       const uint64_t due = start + phase + steps * p.period_ns;
       while (now < due) {
         port::spin_pause();
-        now = port::warp_broadcast(~0u, port::now_ns(), 0);
+        now = port::warp_broadcast(port::full_lane_mask(), port::now_ns(), 0);
       }
     }
     const TransferCmd c = make_nop(port::now_ns());
@@ -88,7 +88,8 @@ __global__ void raw_stores_kernel(TransferCmd* buf, uint32_t slots, uint32_t per
 
 cudaError_t launch_raw_stores(TransferCmd* buf, uint32_t slots, uint32_t warps, uint32_t per_lane, int release,
                               cudaStream_t s) {
-  raw_stores_kernel<<<warps / 4, 128, 0, s>>>(buf, slots, per_lane, release);
+  constexpr uint32_t kWarpsPerBlock = 4;
+  raw_stores_kernel<<<warps / kWarpsPerBlock, kWarpsPerBlock * port::kWarpSize, 0, s>>>(buf, slots, per_lane, release);
   return cudaGetLastError();
 }
 

@@ -37,10 +37,10 @@ class RingConsumer {
       : slots_(slots), shared_(shared), capacity_(capacity), ring_id_(ring_id) {}
 
   // The oldest unretired command, if published; does not consume it.
-  bool poll(TransferCmd* out) const { return peek(0, out); }
+  [[nodiscard]] bool poll(TransferCmd* out) const { return peek(0, out); }
 
   // Command `ahead` places after the oldest unretired one, if published (batch draining).
-  bool peek(uint32_t ahead, TransferCmd* out) const {
+  [[nodiscard]] bool peek(uint32_t ahead, TransferCmd* out) const {
     if (ahead >= capacity_) return false;  // index tail + ahead cannot be in the ring yet
     const TransferCmd& s = slots_[(tail_ + ahead) & (capacity_ - 1)];
     uint64_t lo, hi;

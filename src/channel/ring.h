@@ -64,7 +64,7 @@ struct RingHandle {
   // Publish `cmd`; returns its index, or kPushFailed if no slot freed up within timeout_ns (the
   // error record then names the ring, the index and the tail seen). Successive pushes of one
   // thread into one ring get increasing indices, so the consumer sees them in that order.
-  ANYEP_HD ANYEP_INLINE uint64_t push(const TransferCmd& cmd) const {
+  [[nodiscard]] ANYEP_HD ANYEP_INLINE uint64_t push(const TransferCmd& cmd) const {
     // Relaxed claim: atomicity is all we need; publication order comes from the slot store.
     return publish(port::atomic_add_device(head, 1), cmd);
   }
@@ -75,7 +75,7 @@ struct RingHandle {
   // Lanes may name different rings (e.g. lanes of one warp that drifted to different loop
   // iterations and reconverged here): each ring gets its own claim. Returns this lane's index or
   // kPushFailed. On the host it is push().
-  ANYEP_HD ANYEP_INLINE uint64_t push_warp(const TransferCmd& cmd) const {
+  [[nodiscard]] ANYEP_HD ANYEP_INLINE uint64_t push_warp(const TransferCmd& cmd) const {
 #if defined(ANYEP_DEVICE_PASS)
     const uint64_t active = port::warp_active_mask();
     const uint64_t peers = port::warp_match_any(active, reinterpret_cast<uintptr_t>(head));
@@ -99,7 +99,7 @@ struct RingHandle {
   }
 
   // Bounded wait for done(index); false on timeout (error record filled in).
-  ANYEP_HD ANYEP_INLINE bool wait_done(uint64_t index) const {
+  [[nodiscard]] ANYEP_HD ANYEP_INLINE bool wait_done(uint64_t index) const {
     const uint64_t start = port::now_ns();
     while (!done(index)) {
       if (port::now_ns() - start > timeout_ns) {
@@ -112,7 +112,7 @@ struct RingHandle {
   }
 
   // Write `cmd` into the slot of the already claimed index `idx` once that slot is free.
-  ANYEP_HD ANYEP_INLINE uint64_t publish(uint64_t idx, const TransferCmd& cmd) const {
+  [[nodiscard]] ANYEP_HD ANYEP_INLINE uint64_t publish(uint64_t idx, const TransferCmd& cmd) const {
     // Slot idx % capacity is free once command idx - capacity retired: tail > idx - capacity.
     // tail <= idx always (idx is claimed, not published), so the unsigned difference is exact.
     // The cached copy only lags the host's tail, so "fits" by the cache is always true; acquire

@@ -134,7 +134,7 @@ ANYEP_HD ANYEP_INLINE uint64_t cmd_dst_offset(const TransferCmd& c) {
   return (c.hi >> cmd::kOffsetBits) << cmd::kOffsetShift;
 }
 ANYEP_HD ANYEP_INLINE int32_t cmd_signal_value(const TransferCmd& c) {
-  return static_cast<int32_t>(static_cast<uint32_t>(c.hi & 0xffffffffull));
+  return static_cast<int32_t>(static_cast<uint32_t>(c.hi));  // the low 32 bits
 }
 ANYEP_HD ANYEP_INLINE uint32_t cmd_fence_count(const TransferCmd& c) {
   return static_cast<uint32_t>(c.hi >> 32);
@@ -154,7 +154,7 @@ ANYEP_HD ANYEP_INLINE uint64_t pack_lo(Op op, uint32_t flags, uint32_t dst_rank,
 
 // ---- checked encoders: try_* report the first field that does not fit -------------------------
 
-ANYEP_HD ANYEP_INLINE CmdField try_make_write(TransferCmd* out, uint32_t dst_rank, uint64_t src_offset,
+[[nodiscard]] ANYEP_HD ANYEP_INLINE CmdField try_make_write(TransferCmd* out, uint32_t dst_rank, uint64_t src_offset,
                                               uint64_t dst_offset, uint64_t length, uint32_t tag,
                                               bool signal) {
   if (dst_rank > cmd::kMaxDstRank) return CmdField::kDstRank;
@@ -169,7 +169,7 @@ ANYEP_HD ANYEP_INLINE CmdField try_make_write(TransferCmd* out, uint32_t dst_ran
   return CmdField::kNone;
 }
 
-ANYEP_HD ANYEP_INLINE CmdField try_make_signal(TransferCmd* out, uint32_t dst_rank, uint32_t counter,
+[[nodiscard]] ANYEP_HD ANYEP_INLINE CmdField try_make_signal(TransferCmd* out, uint32_t dst_rank, uint32_t counter,
                                                int32_t value, uint32_t fence_flags, uint32_t tag,
                                                uint32_t fence_count) {
   if (dst_rank > cmd::kMaxDstRank) return CmdField::kDstRank;
@@ -181,7 +181,7 @@ ANYEP_HD ANYEP_INLINE CmdField try_make_signal(TransferCmd* out, uint32_t dst_ra
   return CmdField::kNone;
 }
 
-ANYEP_HD ANYEP_INLINE CmdField try_make_quiet(TransferCmd* out, uint32_t dst_rank, uint64_t ring_mask) {
+[[nodiscard]] ANYEP_HD ANYEP_INLINE CmdField try_make_quiet(TransferCmd* out, uint32_t dst_rank, uint64_t ring_mask) {
   if (dst_rank > cmd::kMaxDstRank) return CmdField::kDstRank;
   out->lo = detail::pack_lo(Op::kQuiet, 0, dst_rank, 0, 0);
   out->hi = ring_mask;

@@ -1,8 +1,9 @@
 // anyep/src/common/portability.h
 //
 // The one place where device code meets a particular GPU toolchain. Kernels and the GPU side of
-// the channel use only what is declared here for warp size, fences, system-scope loads/stores,
-// atomics, timers and traps, so a HIP build for AMD GPUs changes this file and no kernel.
+// the channel use only what is declared here for warp size, lane masks, shuffles and reductions,
+// fences, scoped loads/stores, atomics, timers and traps, so a HIP build for AMD GPUs changes this
+// file and no kernel (scripts/check/portability.sh keeps vendor instructions out of kernel files).
 //
 // Every function also compiles for the host (CPU producers and CPU tests run the same push path
 // as the GPU); host versions use GCC/Clang __atomic builtins, which TSan understands.
@@ -127,6 +128,56 @@ ANYEP_HD ANYEP_INLINE void store_release_system(uint32_t* p, uint32_t v) {
 #endif
 }
 
+// Signed 32-bit signal words (LL kernels): the same scoped accesses as above on int32_t.
+ANYEP_HD ANYEP_INLINE int32_t load_acquire_system(const int32_t* p) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  int32_t v;
+  asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#elif defined(ANYEP_DEVICE_PASS)
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+// Release at system scope orders every write this thread made or observed before the store, for
+// readers on any GPU and on the host.
+ANYEP_HD ANYEP_INLINE void store_release_system(int32_t* p, int32_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+// Acquire load at device scope (pairs with atomic_add_release_device of other blocks of this GPU).
+ANYEP_HD ANYEP_INLINE int32_t load_acquire_device(const int32_t* p) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#elif defined(ANYEP_DEVICE_PASS)
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+// Add with release at device scope, result unused (a completion count: the adder's earlier
+// writes, and what it observed, happen-before a reader's acquire of the count).
+ANYEP_HD ANYEP_INLINE void atomic_add_release_device(int32_t* p, int32_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  __atomic_fetch_add(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
 // Publish 16 bytes {lo, hi} to host-visible memory with release semantics at system scope.
 // On the GPU this is ONE 16-byte vector store (one PCIe write): the consumer reads the slot with
 // load16_acquire_system and sees either the old or the new 16 bytes, never a mix, as long as `p`
@@ -171,6 +222,23 @@ ANYEP_HD ANYEP_INLINE void fence_system() {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
 #endif
 }
+
+// ---- device-only loads --------------------------------------------------------------------------
+#if defined(__CUDACC__) || defined(__HIPCC__)
+// 16-byte load of an input read once: read-only (non-coherent) path, no L1 allocation. Only for
+// data nobody writes while the kernel runs; `p` must be 16-byte aligned.
+ANYEP_DEVICE ANYEP_INLINE uint4 load16_read_once(const void* p) {
+#if defined(__CUDA_ARCH__)
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+#else
+  // AMD: a plain load for now (its non-temporal hint is for the HIP issue to choose and measure).
+  return *reinterpret_cast<const uint4*>(p);
+#endif
+}
+#endif
 
 // ---- warp-level helpers (warp-cooperative producers) ---------------------------------------------
 // On the host a "warp" is the calling thread alone: lane 0 of a one-lane warp, so code written for
@@ -226,6 +294,51 @@ ANYEP_HD ANYEP_INLINE uint64_t warp_match_any(uint64_t mask, uint64_t v) {
   (void)v;
   return 1;
 #endif
+}
+
+// All lanes of a warp (the mask "every lane takes part" calls pass).
+ANYEP_HD ANYEP_INLINE constexpr uint64_t full_lane_mask() {
+#if defined(ANYEP_DEVICE_PASS)
+  return kWarpSize == 64 ? ~0ull : (1ull << kWarpSize) - 1;
+#else
+  return 1;
+#endif
+}
+
+// `v` of lane (this lane XOR lane_mask); every lane of the warp must call this.
+template <typename T>
+ANYEP_HD ANYEP_INLINE T warp_shuffle_xor(T v, int lane_mask) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __shfl_xor_sync(static_cast<unsigned>(full_lane_mask()), v, lane_mask);
+#elif defined(ANYEP_DEVICE_PASS)
+  return __shfl_xor(v, lane_mask);
+#else
+  (void)lane_mask;
+  return v;
+#endif
+}
+
+// Sum / max over each aligned group of Width lanes (Width a power of two, at most kWarpSize);
+// every lane of the warp must call this and every lane of a group gets the group's result.
+// On the host (a one-lane warp) both return `v`.
+template <int Width = kWarpSize, typename T>
+ANYEP_HD ANYEP_INLINE T warp_reduce_sum(T v) {
+  static_assert(Width > 0 && Width <= kWarpSize && (Width & (Width - 1)) == 0, "Width: power of two <= warp");
+#if defined(ANYEP_DEVICE_PASS)
+#pragma unroll
+  for (int o = Width / 2; o > 0; o >>= 1) v += warp_shuffle_xor(v, o);
+#endif
+  return v;
+}
+
+template <int Width = kWarpSize>
+ANYEP_HD ANYEP_INLINE float warp_reduce_max(float v) {
+  static_assert(Width > 0 && Width <= kWarpSize && (Width & (Width - 1)) == 0, "Width: power of two <= warp");
+#if defined(ANYEP_DEVICE_PASS)
+#pragma unroll
+  for (int o = Width / 2; o > 0; o >>= 1) v = fmaxf(v, warp_shuffle_xor(v, o));
+#endif
+  return v;
 }
 
 ANYEP_HD ANYEP_INLINE int popcount64(uint64_t x) {

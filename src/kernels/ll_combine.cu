@@ -37,7 +37,7 @@ __device__ void send_phase(const CombineArgs& a) {
     for (int r = 0; r < R; ++r) {
       uint8_t* base = c.peers[r];
       const int64_t range = a.layout_range[static_cast<int64_t>(l) * R + r];
-      const int begin = static_cast<int>(range >> 32), count = static_cast<int>(range & 0xffffffff);
+      const int begin = static_cast<int>(range >> 32), count = static_cast<int>(static_cast<uint32_t>(range));
       const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
       if (base == nullptr) {
         if (!proxy) {
@@ -50,7 +50,7 @@ __device__ void send_phase(const CombineArgs& a) {
         const uint64_t M = g.msg_bytes();
         for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
           const int s = i / nvec, v = i - s * nvec;
-          dev::st16(stage + s * M + v * 16, dev::ld_nc16(x + (row0 + s) * 2 * H + v * 16));
+          dev::st16(stage + s * M + v * 16, port::load16_read_once(x + (row0 + s) * 2 * H + v * 16));
         }
         __syncthreads();
         const uint32_t tag = proxy_tag(kTagCombine, c.buf, l, g.R);
@@ -65,7 +65,7 @@ __device__ void send_phase(const CombineArgs& a) {
       for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
         const int s = i / nvec, v = i - s * nvec;
         const int t = a.src_info[row0 + s], k = a.src_topk[row0 + s];
-        const uint4 val = dev::ld_nc16(x + (row0 + s) * 2 * H + v * 16);
+        const uint4 val = port::load16_read_once(x + (row0 + s) * 2 * H + v * 16);
         // Layout: combine slot (buf, token t on rank r, top-k slot k) — ll_layout.h.
         dev::st16(base + g.combine_slot_off(c.buf, t, k) + v * 16, val);
       }
@@ -78,10 +78,10 @@ __device__ void send_phase(const CombineArgs& a) {
         __threadfence_system();
         // Flag after data: release at system scope covers the rows the block wrote (observed
         // through __syncthreads); the home rank reads the flag with acquire.
-        dev::st_release_sys(reinterpret_cast<int32_t*>(base + flag), 1);
+        port::store_release_system(reinterpret_cast<int32_t*>(base + flag), 1);
       } else if (proxy) {
         // Flag after data through the proxy: applied once the expert's `count` rows for r landed.
-        const int count = static_cast<int>(a.layout_range[static_cast<int64_t>(l) * R + r] & 0xffffffff);
+        const int count = static_cast<int>(static_cast<uint32_t>(a.layout_range[static_cast<int64_t>(l) * R + r]));
         dev::push_count_signal(c, proxy_tag(kTagCombine, c.buf, l, g.R), r, counter_of(flag), 1, count, c.rank * L + l);
       }
     }

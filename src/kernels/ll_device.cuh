@@ -22,49 +22,18 @@ __device__ inline void report(ErrorRecord* err, uint32_t code, int rank, int exp
   }
 }
 
-__device__ __forceinline__ int ld_acquire_sys(const int32_t* p) {
-  int v;
-  asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ int ld_acquire_gpu(const int32_t* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-// Signal store: release at system scope orders every write this thread made or observed (the
-// data of the tokens it signals for) before the signal, for readers on any GPU.
-__device__ __forceinline__ void st_release_sys(int32_t* p, int v) {
-  asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-// Completion count among blocks of this GPU: release at GPU scope orders the block's data writes
-// (observed through __syncthreads) before the count the signalling warp acquires.
-__device__ __forceinline__ void red_add_release_gpu(int32_t* p, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// Read-only 16-byte load that bypasses L1 allocation (inputs read once).
-__device__ __forceinline__ uint4 ld_nc16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
+// Scoped loads/stores of signal words: port::load_acquire_system / store_release_system (system
+// scope: peers on other GPUs, the host), port::load_acquire_device / atomic_add_release_device
+// (completion counts among blocks of this GPU), port::load16_read_once for inputs read once.
 __device__ __forceinline__ void st16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
 
-__device__ __forceinline__ unsigned long long ld_acquire_sys(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // Spin until *p (acquire, system scope) is non-zero; returns the value, or 0 on timeout. W is the
-// signal word: int32 in an LL buffer (direct peers), 64-bit in the proxy's host counters.
+// signal word: int32 in an LL buffer (direct peers), uint64 in the proxy's host counters.
 template <typename W>
 __device__ inline W wait_nonzero_sys(const W* p, uint64_t timeout_ns, uint64_t* waited_ns) {
   const uint64_t start = port::now_ns();
   for (;;) {
-    const W v = ld_acquire_sys(p);
+    const W v = port::load_acquire_system(p);
     if (v != 0) {
       if (waited_ns) *waited_ns = port::now_ns() - start;
       return v;
@@ -86,7 +55,9 @@ __device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
 // non-zero (acquire, system scope); returns the value, or 0 on timeout.
 __device__ inline int wait_signal(const Common& c, bool direct, uint64_t off, uint64_t timeout_ns, uint64_t* waited_ns) {
   if (direct) return wait_nonzero_sys(reinterpret_cast<const int32_t*>(c.local + off), timeout_ns, waited_ns);
-  return static_cast<int>(wait_nonzero_sys(c.proxy.counters + counter_of(off), timeout_ns, waited_ns));
+  static_assert(sizeof(*c.proxy.counters) == sizeof(uint64_t), "proxy counters are 64-bit words");
+  return static_cast<int>(
+      wait_nonzero_sys(reinterpret_cast<const uint64_t*>(c.proxy.counters + counter_of(off)), timeout_ns, waited_ns));
 }
 // The reader resets a signal it consumed; the next writer of it is causally after this kernel.
 __device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) {
@@ -106,23 +77,23 @@ __device__ inline void push_cmd(const Common& c, uint32_t tag, const TransferCmd
   if (ring.push(cmd) == kPushFailed) report(c.err, kErrRingTimeout, c.rank, expert, peer, static_cast<int>(ring.ring_id));
 }
 
-// A proxy WRITE of fence group `tag` (symmetric offsets). Fits by construction: the runtime
-// refuses buffers beyond the 64 GiB offset reach, and messages are far below 16 MiB.
+// A proxy WRITE of fence group `tag` (symmetric offsets). Fits by construction (the runtime
+// refuses buffers beyond the 64 GiB offset reach, and messages are far below 16 MiB); make_write
+// traps with the field's name should that ever break, instead of pushing a half-built command.
 __device__ inline void push_write(const Common& c, uint32_t tag, int peer, uint64_t src_off, uint64_t dst_off,
                                   uint64_t len, int expert) {
-  TransferCmd cmd;
-  try_make_write(&cmd, static_cast<uint32_t>(peer), src_off, dst_off, len, tag, false);
-  push_cmd(c, tag, cmd, expert, peer);
+  push_cmd(c, tag, make_write(static_cast<uint32_t>(peer), src_off, dst_off, len, tag, false), expert, peer);
 }
 
 // The count or flag of fence group `tag`: the receiving proxy adds `value` to `counter` once
 // `fence_count` WRITEs of the group landed (kFenceCount). Pushed after those WRITEs, same ring.
 __device__ inline void push_count_signal(const Common& c, uint32_t tag, int peer, uint32_t counter, int value,
                                          int fence_count, int expert) {
-  TransferCmd cmd;
-  try_make_signal(&cmd, static_cast<uint32_t>(peer), counter, value, cmd::kFenceCount, tag,
-                  static_cast<uint32_t>(fence_count));
-  push_cmd(c, tag, cmd, expert, peer);
+  // Fits by construction like push_write (counters and tags are laid out by the runtime).
+  push_cmd(c, tag,
+           make_signal(static_cast<uint32_t>(peer), counter, value, cmd::kFenceCount, tag,
+                       static_cast<uint32_t>(fence_count)),
+           expert, peer);
 }
 
 // The last block of a grid to call this (per counter) gets true; the counter is reset for the

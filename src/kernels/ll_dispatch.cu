@@ -94,13 +94,13 @@ __device__ void send_phase(const DispatchArgs& a) {
     const uint8_t* row = x + static_cast<int64_t>(t) * H * 2;
     if (a.fmt == Format::kBF16) {
       for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
-        const uint4 val = dev::ld_nc16(row + v * 16);
+        const uint4 val = port::load16_read_once(row + v * 16);
         for (int k = 0; k < K; ++k)
           if (s_dst[k]) dev::st16(s_dst[k] + kHeaderBytes + v * 16, val);
       }
     } else {
-      // 16 elements per thread; 8 consecutive threads (an aligned part of a warp) form one
-      // 128-element scale group, so the group max is three shuffles.
+      // 16 elements per thread; kScaleGroup / 16 = 8 consecutive threads (an aligned part of a
+      // warp) form one 128-element scale group, so the group max is three shuffles.
       const int nthr = H / 16;
       for (int base = 0; base < nthr; base += blockDim.x) {  // uniform trip count: shuffles are safe
         const int v = base + threadIdx.x;
@@ -108,14 +108,12 @@ __device__ void send_phase(const DispatchArgs& a) {
         float f[16];
         float amax = 0.0f;
         if (active) {
-          bf16x8_to_float(dev::ld_nc16(row + v * 32), f);
-          bf16x8_to_float(dev::ld_nc16(row + v * 32 + 16), f + 8);
+          bf16x8_to_float(port::load16_read_once(row + v * 32), f);
+          bf16x8_to_float(port::load16_read_once(row + v * 32 + 16), f + 8);
 #pragma unroll
           for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(f[i]));
         }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = port::warp_reduce_max<kScaleGroup / 16>(amax);
         float scale = fmaxf(amax, 1e-4f) / kFp8Max;
         if (a.round_scale) scale = exp2f(ceilf(log2f(scale)));
         if (active) {
@@ -148,25 +146,25 @@ __device__ void send_phase(const DispatchArgs& a) {
                           g.dispatch_slot_off(c.buf, l, c.rank, slot), used, e);
         }
         // Release: the WRITE push above (ring index claimed) happens-before the count warp's push.
-        dev::red_add_release_gpu(&c.ws.send_done[e], 1);
+        port::atomic_add_release_device(&c.ws.send_done[e], 1);
       }
     }
     __syncthreads();  // s_dst / s_scale are rewritten for the next token
   }
 
   // One warp per expert: count its tokens, wait until all are sent, signal the owner.
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  const int warp = threadIdx.x / port::kWarpSize, lane = threadIdx.x % port::kWarpSize;
+  const int nwarps = blockDim.x / port::kWarpSize;
   const int nk = c.num_tokens * K;
   for (int e = blockIdx.x * nwarps + warp; e < E; e += gridDim.x * nwarps) {
     int cnt = 0;
-    for (int i = lane; i < nk; i += 32) cnt += (a.topk_idx[i] == e);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+    for (int i = lane; i < nk; i += port::kWarpSize) cnt += (a.topk_idx[i] == e);
+    cnt = port::warp_reduce_sum(cnt);
     if (lane == 0) {
       const uint64_t start = port::now_ns();
       bool ok = true;
       // Acquire pairs with the blocks' release adds: their data writes happen-before our signal.
-      while (dev::ld_acquire_gpu(&c.ws.send_done[e]) != cnt) {
+      while (port::load_acquire_device(&c.ws.send_done[e]) != cnt) {
         if (port::now_ns() - start > c.timeout_ns) {
           dev::report(c.err, kErrSendTimeout, c.rank, e, c.rank, cnt);
           ok = false;
@@ -177,7 +175,7 @@ __device__ void send_phase(const DispatchArgs& a) {
       uint8_t* base = c.peers[owner];
       if (ok && base != nullptr) {
         // Count after data: release at system scope (the owner polls with acquire).
-        dev::st_release_sys(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1);
+        port::store_release_system(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1);
       } else if (ok && c.proxy.rings != nullptr) {
         // Count after data through the proxy: the receiving proxy applies it once `cnt` WRITEs of
         // this fence group landed (kFenceCount); same ring as those WRITEs, pushed after them.

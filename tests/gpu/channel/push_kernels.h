@@ -16,7 +16,7 @@ struct PushParams {
   const RingHandle* rings;   // device array of producer handles (Channel::producer_array())
   uint32_t num_rings;
   uint32_t per_lane;         // commands each producing lane pushes
-  uint32_t lanes_per_warp;   // lanes 0..lanes_per_warp-1 of each warp produce (<= 32)
+  uint32_t lanes_per_warp;   // lanes 0..lanes_per_warp-1 of each warp produce (<= kWarpSize)
   int warp_push;             // 1: RingHandle::push_warp, 0: RingHandle::push
   int spread_lanes;          // 1: lanes of a warp push into different rings at the same time
   uint32_t* progress;        // mapped host memory, one per lane: pushes completed (nullable)
@@ -26,14 +26,16 @@ struct PushParams {
 cudaError_t launch_push(const PushParams& p, uint32_t warps, uint32_t warps_per_block, cudaStream_t s);
 
 ANYEP_HD inline uint32_t ring_of(uint32_t p, uint32_t j, uint32_t num_rings, int spread_lanes) {
-  return (p / 32 + j + (spread_lanes ? p % 32 : 0)) % num_rings;
+  return (p / port::kWarpSize + j + (spread_lanes ? p % port::kWarpSize : 0)) % num_rings;
 }
 
 // The command producer p sends as its j-th: a WRITE whose fields all derive from (p, j, ring).
 ANYEP_HD inline TransferCmd expected_cmd(uint32_t p, uint32_t j, uint32_t ring) {
   TransferCmd c{};
-  try_make_write(&c, p & cmd::kMaxDstRank, uint64_t{j} * cmd::kOffsetAlign, uint64_t{p} * cmd::kOffsetAlign,
-                 j & cmd::kMaxLength, ring, (p ^ j) & 1);
+  // Cannot fail at the test's sizes: rank and length are masked into range, the offsets (16 * j,
+  // 16 * p bytes) and the tag (a ring index) are far below their limits.
+  (void)try_make_write(&c, p & cmd::kMaxDstRank, uint64_t{j} * cmd::kOffsetAlign, uint64_t{p} * cmd::kOffsetAlign,
+                       j & cmd::kMaxLength, ring, (p ^ j) & 1);
   return c;
 }
 

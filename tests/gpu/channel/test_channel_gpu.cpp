@@ -39,7 +39,7 @@ class RingChecker {
               int spread)
       : ring_(ring), rings_(num_rings), next_(producers, 0) {
     for (uint32_t p = 0; p < producers; ++p) {
-      if (p % 32 >= lanes_per_warp) { next_[p] = per_lane; continue; }  // not a producing lane
+      if (p % port::kWarpSize >= lanes_per_warp) { next_[p] = per_lane; continue; }  // not a producing lane
       next_[p] = 0;
       while (next_[p] < rings_ && ring_of(p, next_[p], rings_, spread) != ring) ++next_[p];  // first j for us
       for (uint32_t j = next_[p]; j < per_lane; j += rings_) ++expected_;
@@ -135,17 +135,17 @@ void run_shape(const Shape& s) {
   uint32_t* failures = nullptr;
   CUDA_OK(cudaMalloc(&failures, sizeof(uint32_t)));
   CUDA_OK(cudaMemset(failures, 0, sizeof(uint32_t)));
-  PushParams p{ch.producer_array(), s.rings, s.per_lane, 32, s.warp_push, s.spread_lanes, nullptr, failures};
+  PushParams p{ch.producer_array(), s.rings, s.per_lane, port::kWarpSize, s.warp_push, s.spread_lanes, nullptr, failures};
   ASSERT_EQ(s.warps % 4, 0u);
   CUDA_OK(launch_push(p, s.warps, 4, nullptr));
-  RunResult res = consume(ch, s.threads, s.warps * 32, 32, s.per_lane, s.spread_lanes, std::chrono::seconds(30));
+  RunResult res = consume(ch, s.threads, s.warps * port::kWarpSize, port::kWarpSize, s.per_lane, s.spread_lanes, std::chrono::seconds(30));
   CUDA_OK(cudaDeviceSynchronize());
   uint32_t failed = 0;
   CUDA_OK(cudaMemcpy(&failed, failures, sizeof failed, cudaMemcpyDeviceToHost));
   cudaFree(failures);
   for (auto& e : res.errors) ADD_FAILURE() << e;
   EXPECT_EQ(failed, 0u) << "pushes timed out";
-  EXPECT_EQ(res.expected, uint64_t{s.warps} * 32 * s.per_lane);
+  EXPECT_EQ(res.expected, uint64_t{s.warps} * port::kWarpSize * s.per_lane);
   EXPECT_EQ(res.received, res.expected);
   for (uint32_t r = 0; r < s.rings; ++r) {
     TransferCmd extra;
@@ -190,30 +190,30 @@ TEST(ChannelGpu, TinyRingBackpressure) {
     constexpr uint32_t kWarps = 4, kCap = 4, kPerLane = 48;
     Channel ch({.num_rings = 1, .capacity = kCap, .producer = ProducerKind::kGpu, .timeout_ns = 20'000'000'000});
     uint32_t *progress = nullptr, *progress_dev = nullptr, *failures = nullptr;
-    CUDA_OK(cudaHostAlloc(&progress, kWarps * 32 * sizeof(uint32_t), cudaHostAllocMapped));
-    std::fill(progress, progress + kWarps * 32, 0u);
+    CUDA_OK(cudaHostAlloc(&progress, kWarps * port::kWarpSize * sizeof(uint32_t), cudaHostAllocMapped));
+    std::fill(progress, progress + kWarps * port::kWarpSize, 0u);
     CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&progress_dev), progress, 0));
     CUDA_OK(cudaMalloc(&failures, sizeof(uint32_t)));
     CUDA_OK(cudaMemset(failures, 0, sizeof(uint32_t)));
-    PushParams p{ch.producer_array(), 1, kPerLane, 32, warp_push, 0, progress_dev, failures};
+    PushParams p{ch.producer_array(), 1, kPerLane, port::kWarpSize, warp_push, 0, progress_dev, failures};
     CUDA_OK(launch_push(p, kWarps, 4, nullptr));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     uint64_t pushed = 0;
-    for (uint32_t i = 0; i < kWarps * 32; ++i) pushed += __atomic_load_n(&progress[i], __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < kWarps * port::kWarpSize; ++i) pushed += __atomic_load_n(&progress[i], __ATOMIC_ACQUIRE);
     EXPECT_EQ(pushed, kCap) << "with nobody consuming, exactly `capacity` pushes may complete";
     TransferCmd batch[8];
     EXPECT_EQ(ch.consumer(0).poll_batch(batch, 8), kCap);
     EXPECT_EQ(cudaStreamQuery(nullptr), cudaErrorNotReady) << "kernel finished although the ring was full";
-    RunResult res = consume(ch, 1, kWarps * 32, 32, kPerLane, 0, std::chrono::seconds(30));
+    RunResult res = consume(ch, 1, kWarps * port::kWarpSize, port::kWarpSize, kPerLane, 0, std::chrono::seconds(30));
     CUDA_OK(cudaDeviceSynchronize());
     uint32_t failed = 0;
     CUDA_OK(cudaMemcpy(&failed, failures, sizeof failed, cudaMemcpyDeviceToHost));
     for (auto& e : res.errors) ADD_FAILURE() << e;
     EXPECT_EQ(failed, 0u);
-    EXPECT_EQ(res.received, uint64_t{kWarps} * 32 * kPerLane);
+    EXPECT_EQ(res.received, uint64_t{kWarps} * port::kWarpSize * kPerLane);
     pushed = 0;
-    for (uint32_t i = 0; i < kWarps * 32; ++i) pushed += progress[i];
-    EXPECT_EQ(pushed, uint64_t{kWarps} * 32 * kPerLane);
+    for (uint32_t i = 0; i < kWarps * port::kWarpSize; ++i) pushed += progress[i];
+    EXPECT_EQ(pushed, uint64_t{kWarps} * port::kWarpSize * kPerLane);
     EXPECT_NO_THROW(ch.check_errors());
     cudaFree(failures);
     cudaFreeHost(progress);

@@ -72,11 +72,11 @@ TEST(Ring, PeekAndPollBatchSeeOnlyPublishedRun) {
   // A hole (index claimed, not yet written) stops the batch even if later slots are published:
   // simulate by publishing index 9 directly before index 8.
   const uint64_t nine = 9;
-  p.publish(nine, make_nop(109));
+  EXPECT_EQ(p.publish(nine, make_nop(109)), nine);
   EXPECT_EQ(c.poll_batch(buf, 16), 3u);  // 5, 6, 7 — stops at the hole at 8
   c.pop(3);
   EXPECT_FALSE(c.poll(&out));
-  p.publish(8, make_nop(108));
+  EXPECT_EQ(p.publish(8, make_nop(108)), 8u);
   ASSERT_EQ(c.poll_batch(buf, 16), 2u);
   EXPECT_EQ(buf[0].hi, 108u);
   EXPECT_EQ(buf[1].hi, 109u);
