@@ -207,14 +207,17 @@ TEST(CudaIpcTransport, BadSetupIsRejected) {
   // Not connected yet.
   EXPECT_EQ(t->post_imm(1, 0, 0), -EINVAL);
   EXPECT_NE(t->last_error().find("not connected"), std::string::npos) << t->last_error();
-  // Host memory is refused; a host pointer passed as GPU memory too.
+  // A host pointer passed as GPU memory is refused, and so is a null base.
   std::vector<uint8_t> host(256);
-  EXPECT_THROW(t->register_memory(host.data(), host.size(), MemKind::kHost), Unsupported);
   EXPECT_THROW(t->register_memory(host.data(), host.size(), MemKind::kCuda), InvalidArgument);
   EXPECT_THROW(t->register_memory(nullptr, 16, MemKind::kCuda), InvalidArgument);
   DevPtr d = dev_alloc(0, 4096, 0);
   EXPECT_THROW(t->register_memory(d.get() + 1024, 64 << 20, MemKind::kCuda), InvalidArgument);  // past the allocation
   EXPECT_EQ(t->register_memory(d.get() + 1024, 1024, MemKind::kCuda), 0u);                  // interior region is fine
+  // Host memory registers as a host region (peers write it with process_vm_writev, since the LL
+  // proxy path's host-staged buffer); a null one is refused like a null GPU region.
+  EXPECT_EQ(t->register_memory(host.data(), host.size(), MemKind::kHost), 1u);
+  EXPECT_THROW(t->register_memory(nullptr, 16, MemKind::kHost), InvalidArgument);
   EXPECT_THROW(t->export_mr(3), InvalidArgument);
   if (gpu_count() >= 2) {
     DevPtr other = dev_alloc(1, 4096, 0);
