@@ -8,6 +8,11 @@
 
 namespace anyep::proxy {
 
+using channel::Op;
+using channel::RingConsumer;
+using channel::TransferCmd;
+namespace cmd = channel::cmd;
+
 namespace {
 anyepStatus status_of(int rc) {
   switch (rc) {

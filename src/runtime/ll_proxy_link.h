@@ -56,7 +56,7 @@ class LLProxyLink {
   std::string describe() const;  // "cuda-ipc/cuda-ipc, 4 threads, 16 rings" (for messages and logs)
 
  private:
-  std::unique_ptr<Channel> channel_;
+  std::unique_ptr<channel::Channel> channel_;
   std::unique_ptr<proxy::Proxy> proxy_;
   unsigned long long* counters_host_ = nullptr;
   unsigned long long* counters_dev_ = nullptr;
