@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "transport/factory.h"
 
-namespace anyep {
+namespace anyep::runtime {
 namespace {
 
 void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL proxy", what); }
@@ -120,4 +120,4 @@ std::string LLProxyLink::describe() const {
          std::to_string(channel_->num_rings()) + " rings" + (proxy_->bypass() ? ", ordering engine bypassed" : "");
 }
 
-}  // namespace anyep
+}  // namespace anyep::runtime

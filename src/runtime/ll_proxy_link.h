@@ -18,7 +18,7 @@
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/transport.h"
 
-namespace anyep {
+namespace anyep::runtime {
 
 // How the LL buffer reaches its peers.
 enum class LLPath : uint8_t {
@@ -63,4 +63,4 @@ class LLProxyLink {
   std::string transport_name_;
 };
 
-}  // namespace anyep
+}  // namespace anyep::runtime
