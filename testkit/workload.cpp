@@ -120,7 +120,7 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
   const Geometry g{cfg_};
   const channel::RingHandle h = ch_.producer(q);
   const uint32_t s = rank_, d = dest(cfg_, s, q);
-  const uint32_t Q = cfg_.producers, L = cfg_.ll_rounds, H = cfg_.ht_chunks, S = cfg_.ht_slots;
+  const uint32_t Q = cfg_.producers, rounds = cfg_.ll_rounds, chunks = cfg_.ht_chunks, S = cfg_.ht_slots;
   uint32_t r = 0, k = 0, ops = 0;
   uint64_t pick = key(cfg_.seed, kPick, s, q, 1, 0);
   auto quiet = [&] {
@@ -147,9 +147,9 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
         violation("QUIET retired but HT chunk " + std::to_string(k - 1) + " byte " + std::to_string(b) +
                   " is not at rank " + std::to_string(d));
   };
-  while (r < L || k < H) {
+  while (r < rounds || k < chunks) {
     pick = mix(pick);
-    if (r < L && (k >= H || (pick & 1))) {
+    if (r < rounds && (k >= chunks || (pick & 1))) {
       const uint32_t p = r & 1, tag = 2 * q + p;
       if (r >= 2) wait_counter(g.ctr_ack(q), r - 1, "LL ack", q);  // parity buffer of round r-2 is free
       const uint32_t n = g.tokens(s, q, r);
@@ -195,7 +195,7 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
 void StreamWorkload::observer(WorkloadResult& res) {
   const Geometry g{cfg_};
   const channel::RingHandle ctl = ch_.producer(cfg_.producers);
-  const uint32_t L = cfg_.ll_rounds, H = cfg_.ht_chunks, S = cfg_.ht_slots;
+  const uint32_t rounds = cfg_.ll_rounds, chunks = cfg_.ht_chunks, S = cfg_.ht_slots;
   struct Stream { uint32_t s, q, next_ll = 0, next_ht = 0; };
   std::vector<Stream> streams;
   for (uint32_t s = 0; s < cfg_.ranks; ++s)
@@ -208,7 +208,7 @@ void StreamWorkload::observer(WorkloadResult& res) {
     done = 0;
     for (Stream& st : streams) {
       const uint32_t s = st.s, q = st.q;
-      while (st.next_ll < L) {  // LL rounds, in order
+      while (st.next_ll < rounds) {  // LL rounds, in order
         const uint32_t r = st.next_ll, p = r & 1;
         const uint64_t c = port::load_acquire_system(&counters_[g.ctr_ll(s, q, p)]);
         if (c > r / 2 + 1)
@@ -227,7 +227,7 @@ void StreamWorkload::observer(WorkloadResult& res) {
         progress = true;
       }
       const uint64_t tail = port::load_acquire_system(&counters_[g.ctr_tail(s, q)]);
-      if (tail > H || tail > st.next_ht + S)
+      if (tail > chunks || tail > st.next_ht + S)
         violation("HT tail of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") is " +
                   std::to_string(tail) + " with " + std::to_string(st.next_ht) + " chunks consumed: a signal was duplicated");
       if (tail > st.next_ht) {
@@ -241,7 +241,7 @@ void StreamWorkload::observer(WorkloadResult& res) {
         st.next_ht = static_cast<uint32_t>(tail);
         progress = true;
       }
-      done += st.next_ll == L && st.next_ht == H;
+      done += st.next_ll == rounds && st.next_ht == chunks;
     }
     const uint64_t now = port::now_ns();
     if (progress) {
@@ -252,10 +252,10 @@ void StreamWorkload::observer(WorkloadResult& res) {
     if (now - last_progress > limit) {
       std::string what;
       for (const Stream& st : streams)
-        if (st.next_ll < L || st.next_ht < H)
+        if (st.next_ll < rounds || st.next_ht < chunks)
           what += " (src " + std::to_string(st.s) + ", producer " + std::to_string(st.q) + "): LL round " +
-                  std::to_string(st.next_ll) + "/" + std::to_string(L) + ", HT chunk " + std::to_string(st.next_ht) +
-                  "/" + std::to_string(H) + ";";
+                  std::to_string(st.next_ll) + "/" + std::to_string(rounds) + ", HT chunk " + std::to_string(st.next_ht) +
+                  "/" + std::to_string(chunks) + ";";
       throw TimeoutError("workload rank " + std::to_string(rank_) + " observer: no progress for " +
                          std::to_string(cfg_.timeout_s) + " s; waiting for" + what);
     }
