@@ -30,10 +30,10 @@ LocalCluster::LocalCluster(const LocalClusterConfig& cfg) : cfg_(cfg), ranks_(cf
     const size_t words = (cfg.buffer_bytes + 7) / 8;
     k.buffer.reset(new uint64_t[words]());
     k.counters.reset(new uint64_t[cfg.num_counters]());
-    ChannelConfig cc;
+    channel::ChannelConfig cc;
     cc.num_rings = cfg.rings;
     cc.capacity = cfg.ring_capacity;
-    k.channel = std::make_unique<Channel>(cc);
+    k.channel = std::make_unique<channel::Channel>(cc);
   }
   // Proxy construction is collective (endpoint exchange): one thread per rank.
   std::vector<std::exception_ptr> errors(cfg.ranks);

@@ -37,7 +37,7 @@ class LocalCluster {
   struct Rank {
     std::unique_ptr<uint64_t[]> buffer;    // symmetric region 0, 16-byte aligned
     std::unique_ptr<uint64_t[]> counters;  // signal targets
-    std::unique_ptr<Channel> channel;
+    std::unique_ptr<channel::Channel> channel;
     std::unique_ptr<proxy::Proxy> proxy;
     uint8_t* bytes() { return reinterpret_cast<uint8_t*>(buffer.get()); }
   };

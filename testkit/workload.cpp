@@ -71,7 +71,7 @@ struct StreamWorkload::Geometry {
 };
 
 StreamWorkload::StreamWorkload(const WorkloadConfig& cfg, uint32_t rank, uint8_t* buffer, uint64_t* counters,
-                               Channel& channel, std::function<const uint8_t*(uint32_t)> peek)
+                               channel::Channel& channel, std::function<const uint8_t*(uint32_t)> peek)
     : cfg_(cfg), rank_(rank), buf_(buffer), counters_(counters), ch_(channel), peek_(std::move(peek)) {
   if (cfg.token_max < 16 || cfg.token_max % 16 || cfg.chunk_max < 32 || cfg.chunk_max % 32 || cfg.ht_slots == 0 ||
       cfg.producers == 0 || cfg.ranks == 0 || cfg.quiet_every == 0)
@@ -93,8 +93,8 @@ void StreamWorkload::violation(const std::string& msg) const {
   throw InternalError("workload rank " + std::to_string(rank_) + " (seed " + std::to_string(cfg_.seed) + "): " + msg);
 }
 
-void StreamWorkload::push(const RingHandle& h, const TransferCmd& c, const char* what) {
-  if (h.push(c) == kPushFailed) {
+void StreamWorkload::push(const channel::RingHandle& h, const channel::TransferCmd& c, const char* what) {
+  if (h.push(c) == channel::kPushFailed) {
     if (on_error_) on_error_();
     ch_.check_errors();
     violation(std::string("push of ") + what + " to ring " + std::to_string(h.ring_id) + " failed");
@@ -118,15 +118,15 @@ void StreamWorkload::wait_counter(uint32_t idx, uint64_t want, const char* what,
 
 void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
   const Geometry g{cfg_};
-  const RingHandle h = ch_.producer(q);
+  const channel::RingHandle h = ch_.producer(q);
   const uint32_t s = rank_, d = dest(cfg_, s, q);
-  const uint32_t Q = cfg_.producers, L = cfg_.ll_rounds, H = cfg_.ht_chunks, S = cfg_.ht_slots;
+  const uint32_t Q = cfg_.producers, rounds = cfg_.ll_rounds, chunks = cfg_.ht_chunks, S = cfg_.ht_slots;
   uint32_t r = 0, k = 0, ops = 0;
   uint64_t pick = key(cfg_.seed, kPick, s, q, 1, 0);
   auto quiet = [&] {
     const uint64_t t0 = port::now_ns();
-    const uint64_t idx = h.push(make_quiet());
-    if (idx == kPushFailed || !h.wait_done(idx)) {
+    const uint64_t idx = h.push(channel::make_quiet());
+    if (idx == channel::kPushFailed || !h.wait_done(idx)) {
       if (on_error_) on_error_();
       violation("QUIET on ring " + std::to_string(q) + " did not complete");
     }
@@ -147,9 +147,9 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
         violation("QUIET retired but HT chunk " + std::to_string(k - 1) + " byte " + std::to_string(b) +
                   " is not at rank " + std::to_string(d));
   };
-  while (r < L || k < H) {
+  while (r < rounds || k < chunks) {
     pick = mix(pick);
-    if (r < L && (k >= H || (pick & 1))) {
+    if (r < rounds && (k >= chunks || (pick & 1))) {
       const uint32_t p = r & 1, tag = 2 * q + p;
       if (r >= 2) wait_counter(g.ctr_ack(q), r - 1, "LL ack", q);  // parity buffer of round r-2 is free
       const uint32_t n = g.tokens(s, q, r);
@@ -157,11 +157,11 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
         const uint32_t bytes = g.token_bytes(s, q, r, i);
         const uint64_t so = g.ll(g.send(q), p, i);
         fill(buf_ + so, bytes, g.token_key(s, q, r, i));
-        push(h, make_write(d, so, g.ll(g.recv(s, q), p, i), bytes, tag), "LL token");
+        push(h, channel::make_write(d, so, g.ll(g.recv(s, q), p, i), bytes, tag), "LL token");
         res.payload_bytes += bytes;
       }
       const uint64_t t0 = port::now_ns();
-      push(h, make_signal(d, g.ctr_ll(s, q, p), 1, cmd::kFenceCount, tag, n), "LL count signal");
+      push(h, channel::make_signal(d, g.ctr_ll(s, q, p), 1, channel::cmd::kFenceCount, tag, n), "LL count signal");
       res.commands += n + 1;
       ++r;
       if (r % 8 == 0) {  // sample the round trip: signal -> remote check -> ack
@@ -175,15 +175,15 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
       const uint64_t so = g.ht(g.send(q), slot), dof = g.ht(g.recv(s, q), slot);
       fill(buf_ + so, bytes, g.chunk_key(s, q, k));
       if (g.chunk_split(s, q, k)) {
-        push(h, make_write(d, so, dof, bytes / 2, tag), "HT chunk");
-        push(h, make_write(d, so + bytes / 2, dof + bytes / 2, bytes / 2, tag), "HT chunk");
+        push(h, channel::make_write(d, so, dof, bytes / 2, tag), "HT chunk");
+        push(h, channel::make_write(d, so + bytes / 2, dof + bytes / 2, bytes / 2, tag), "HT chunk");
         res.commands += 2;
       } else {
-        push(h, make_write(d, so, dof, bytes, tag), "HT chunk");
+        push(h, channel::make_write(d, so, dof, bytes, tag), "HT chunk");
         res.commands += 1;
       }
       res.payload_bytes += bytes;
-      push(h, make_signal(d, g.ctr_tail(s, q), 1, cmd::kFenceOrdered, tag), "HT tail signal");
+      push(h, channel::make_signal(d, g.ctr_tail(s, q), 1, channel::cmd::kFenceOrdered, tag), "HT tail signal");
       ++res.commands;
       ++k;
     }
@@ -194,8 +194,8 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
 
 void StreamWorkload::observer(WorkloadResult& res) {
   const Geometry g{cfg_};
-  const RingHandle ctl = ch_.producer(cfg_.producers);
-  const uint32_t L = cfg_.ll_rounds, H = cfg_.ht_chunks, S = cfg_.ht_slots;
+  const channel::RingHandle ctl = ch_.producer(cfg_.producers);
+  const uint32_t rounds = cfg_.ll_rounds, chunks = cfg_.ht_chunks, S = cfg_.ht_slots;
   struct Stream { uint32_t s, q, next_ll = 0, next_ht = 0; };
   std::vector<Stream> streams;
   for (uint32_t s = 0; s < cfg_.ranks; ++s)
@@ -208,7 +208,7 @@ void StreamWorkload::observer(WorkloadResult& res) {
     done = 0;
     for (Stream& st : streams) {
       const uint32_t s = st.s, q = st.q;
-      while (st.next_ll < L) {  // LL rounds, in order
+      while (st.next_ll < rounds) {  // LL rounds, in order
         const uint32_t r = st.next_ll, p = r & 1;
         const uint64_t c = port::load_acquire_system(&counters_[g.ctr_ll(s, q, p)]);
         if (c > r / 2 + 1)
@@ -221,13 +221,13 @@ void StreamWorkload::observer(WorkloadResult& res) {
             violation("LL count signal of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") round " +
                       std::to_string(r) + " observed, but token " + std::to_string(i) + " byte " + std::to_string(b) +
                       " is not in place");
-        push(ctl, make_signal(s, g.ctr_ack(q), 1), "LL ack");
+        push(ctl, channel::make_signal(s, g.ctr_ack(q), 1), "LL ack");
         ++res.commands;
         ++st.next_ll;
         progress = true;
       }
       const uint64_t tail = port::load_acquire_system(&counters_[g.ctr_tail(s, q)]);
-      if (tail > H || tail > st.next_ht + S)
+      if (tail > chunks || tail > st.next_ht + S)
         violation("HT tail of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") is " +
                   std::to_string(tail) + " with " + std::to_string(st.next_ht) + " chunks consumed: a signal was duplicated");
       if (tail > st.next_ht) {
@@ -236,12 +236,12 @@ void StreamWorkload::observer(WorkloadResult& res) {
             violation("HT tail of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") reached " +
                       std::to_string(tail) + ", but chunk " + std::to_string(k) + " byte " + std::to_string(b) +
                       " is not in place");
-        push(ctl, make_signal(s, g.ctr_head(q), static_cast<int32_t>(tail - st.next_ht)), "HT head");
+        push(ctl, channel::make_signal(s, g.ctr_head(q), static_cast<int32_t>(tail - st.next_ht)), "HT head");
         ++res.commands;
         st.next_ht = static_cast<uint32_t>(tail);
         progress = true;
       }
-      done += st.next_ll == L && st.next_ht == H;
+      done += st.next_ll == rounds && st.next_ht == chunks;
     }
     const uint64_t now = port::now_ns();
     if (progress) {
@@ -252,10 +252,10 @@ void StreamWorkload::observer(WorkloadResult& res) {
     if (now - last_progress > limit) {
       std::string what;
       for (const Stream& st : streams)
-        if (st.next_ll < L || st.next_ht < H)
+        if (st.next_ll < rounds || st.next_ht < chunks)
           what += " (src " + std::to_string(st.s) + ", producer " + std::to_string(st.q) + "): LL round " +
-                  std::to_string(st.next_ll) + "/" + std::to_string(L) + ", HT chunk " + std::to_string(st.next_ht) +
-                  "/" + std::to_string(H) + ";";
+                  std::to_string(st.next_ll) + "/" + std::to_string(rounds) + ", HT chunk " + std::to_string(st.next_ht) +
+                  "/" + std::to_string(chunks) + ";";
       throw TimeoutError("workload rank " + std::to_string(rank_) + " observer: no progress for " +
                          std::to_string(cfg_.timeout_s) + " s; waiting for" + what);
     }
@@ -264,9 +264,9 @@ void StreamWorkload::observer(WorkloadResult& res) {
 }
 
 void StreamWorkload::barrier(uint64_t epoch, bool rail) {
-  const RingHandle ctl = ch_.producer(cfg_.producers);
-  const uint64_t idx = ctl.push(make_barrier(rail, epoch));
-  if (idx == kPushFailed || !ctl.wait_done(idx)) {
+  const channel::RingHandle ctl = ch_.producer(cfg_.producers);
+  const uint64_t idx = ctl.push(channel::make_barrier(rail, epoch));
+  if (idx == channel::kPushFailed || !ctl.wait_done(idx)) {
     if (on_error_) on_error_();
     ch_.check_errors();
     violation("barrier " + std::to_string(epoch) + " did not complete");

@@ -62,7 +62,7 @@ struct WorkloadResult {
 class StreamWorkload {
  public:
   // `peek(r)` returns rank r's buffer when ranks share this process, else nullptr.
-  StreamWorkload(const WorkloadConfig& cfg, uint32_t rank, uint8_t* buffer, uint64_t* counters, Channel& channel,
+  StreamWorkload(const WorkloadConfig& cfg, uint32_t rank, uint8_t* buffer, uint64_t* counters, channel::Channel& channel,
                  std::function<const uint8_t*(uint32_t)> peek = {});
 
   static uint64_t buffer_bytes(const WorkloadConfig& c);
@@ -82,14 +82,14 @@ class StreamWorkload {
   void producer(uint32_t q, WorkloadResult& res);
   void observer(WorkloadResult& res);
   void wait_counter(uint32_t idx, uint64_t want, const char* what, uint32_t q);
-  void push(const RingHandle& h, const TransferCmd& c, const char* what);
+  void push(const channel::RingHandle& h, const channel::TransferCmd& c, const char* what);
   [[noreturn]] void violation(const std::string& msg) const;
 
   WorkloadConfig cfg_;
   uint32_t rank_;
   uint8_t* buf_;
   uint64_t* counters_;
-  Channel& ch_;
+  channel::Channel& ch_;
   std::function<const uint8_t*(uint32_t)> peek_;
   std::function<void()> on_error_;
 };

@@ -9,10 +9,10 @@ RankRun run_workload_rank(const WorkloadConfig& w, proxy::ProxyConfig pc, uint32
                           const std::function<std::unique_ptr<transport::Transport>(uint32_t thread)>& make_endpoint) {
   const uint64_t bytes = StreamWorkload::buffer_bytes(w);
   std::vector<uint64_t> buffer((bytes + 7) / 8), counters(StreamWorkload::num_counters(w));
-  ChannelConfig cc;
+  channel::ChannelConfig cc;
   cc.num_rings = StreamWorkload::num_rings(w);
   cc.capacity = 256;
-  Channel ch(cc);
+  channel::Channel ch(cc);
   std::vector<std::unique_ptr<transport::Transport>> eps;
   for (uint32_t t = 0; t < threads; ++t) eps.push_back(make_endpoint(t));
   RankRun out;

@@ -5,7 +5,7 @@ namespace anyep::bench {
 __global__ void load_kernel(LoadParams p) {
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / port::kWarpSize;
   if (warp >= p.warps) return;
-  const RingHandle ring = p.rings[warp % p.num_rings];  // a register copy: no reload per push
+  const channel::RingHandle ring = p.rings[warp % p.num_rings];  // a register copy: no reload per push
   // Lane 0's clock drives the loop so every decision is warp-uniform (push_warp needs that).
   const uint64_t start = port::warp_broadcast(port::full_lane_mask(), port::now_ns(), 0);
   const uint64_t phase = p.period_ns ? p.period_ns * warp / p.warps : 0;
@@ -20,9 +20,9 @@ __global__ void load_kernel(LoadParams p) {
         now = port::warp_broadcast(port::full_lane_mask(), port::now_ns(), 0);
       }
     }
-    const TransferCmd c = make_nop(port::now_ns());
+    const channel::TransferCmd c = channel::make_nop(port::now_ns());
     const uint64_t idx = p.warp_push ? ring.push_warp(c) : ring.push(c);
-    failed += idx == kPushFailed;
+    failed += idx == channel::kPushFailed;
     ++steps;
   }
   atomicAdd(p.pushed, static_cast<unsigned long long>(steps - failed));
@@ -73,11 +73,11 @@ cudaError_t launch_timer_resolution(uint64_t* out, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-__global__ void raw_stores_kernel(TransferCmd* buf, uint32_t slots, uint32_t per_lane, int release) {
+__global__ void raw_stores_kernel(channel::TransferCmd* buf, uint32_t slots, uint32_t per_lane, int release) {
   const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
   const uint32_t nthreads = gridDim.x * blockDim.x;
   for (uint32_t k = 0; k < per_lane; ++k) {
-    TransferCmd* s = &buf[(uint64_t{k} * nthreads + tid) % slots];
+    channel::TransferCmd* s = &buf[(uint64_t{k} * nthreads + tid) % slots];
     if (release) {
       port::store16_release_system(&s->lo, k + 1, tid);
     } else {
@@ -86,18 +86,18 @@ __global__ void raw_stores_kernel(TransferCmd* buf, uint32_t slots, uint32_t per
   }
 }
 
-cudaError_t launch_raw_stores(TransferCmd* buf, uint32_t slots, uint32_t warps, uint32_t per_lane, int release,
+cudaError_t launch_raw_stores(channel::TransferCmd* buf, uint32_t slots, uint32_t warps, uint32_t per_lane, int release,
                               cudaStream_t s) {
   constexpr uint32_t kWarpsPerBlock = 4;
   raw_stores_kernel<<<warps / kWarpsPerBlock, kWarpsPerBlock * port::kWarpSize, 0, s>>>(buf, slots, per_lane, release);
   return cudaGetLastError();
 }
 
-__global__ void channel_rtt_kernel(RingHandle ring, uint32_t n, uint64_t* out) {
+__global__ void channel_rtt_kernel(channel::RingHandle ring, uint32_t n, uint64_t* out) {
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t t0 = port::now_ns();
-    const uint64_t idx = ring.push(make_nop(t0));
-    if (idx == kPushFailed || !ring.wait_done(idx)) {
+    const uint64_t idx = ring.push(channel::make_nop(t0));
+    if (idx == channel::kPushFailed || !ring.wait_done(idx)) {
       out[i] = ~0ull;
       return;
     }
@@ -105,7 +105,7 @@ __global__ void channel_rtt_kernel(RingHandle ring, uint32_t n, uint64_t* out) {
   }
 }
 
-cudaError_t launch_channel_rtt(RingHandle ring, uint32_t n, uint64_t* out, cudaStream_t s) {
+cudaError_t launch_channel_rtt(channel::RingHandle ring, uint32_t n, uint64_t* out, cudaStream_t s) {
   channel_rtt_kernel<<<1, 1, 0, s>>>(ring, n, out);
   return cudaGetLastError();
 }

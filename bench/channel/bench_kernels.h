@@ -14,7 +14,7 @@ namespace anyep::bench {
 // per lane) every period_ns, its schedule shifted by w * period_ns / W so the offered load is
 // smooth (32 * W / period_ns commands/ns); period_ns == 0: as fast as the rings take them.
 struct LoadParams {
-  const RingHandle* rings;
+  const channel::RingHandle* rings;
   uint32_t num_rings;
   uint32_t warps;
   uint64_t duration_ns;  // each warp stops stepping this long after its start
@@ -34,11 +34,11 @@ cudaError_t launch_timer_resolution(uint64_t* out, cudaStream_t s);
 
 // Baseline: `warps` warps each store `per_lane` 16-byte values per lane into mapped host memory
 // (`slots` slots, reused cyclically), with st.release.sys (release = 1) or plain stores.
-cudaError_t launch_raw_stores(TransferCmd* buf, uint32_t slots, uint32_t warps, uint32_t per_lane, int release,
+cudaError_t launch_raw_stores(channel::TransferCmd* buf, uint32_t slots, uint32_t warps, uint32_t per_lane, int release,
                               cudaStream_t s);
 
 // Clock-free round trip through the channel: one thread pushes a NOP, waits for done(index)
 // (a host thread pops it), n times; out[i] = %globaltimer ns from before the push to done.
-cudaError_t launch_channel_rtt(RingHandle ring, uint32_t n, uint64_t* out, cudaStream_t s);
+cudaError_t launch_channel_rtt(channel::RingHandle ring, uint32_t n, uint64_t* out, cudaStream_t s);
 
 }  // namespace anyep::bench

@@ -21,6 +21,7 @@
 #include "channel/channel.h"
 
 using namespace anyep;
+using namespace anyep::channel;
 using namespace anyep::bench;
 
 namespace {

@@ -30,6 +30,7 @@
 #include "transport/factory.h"
 
 using namespace anyep;
+using namespace anyep::channel;
 using namespace anyep::proxy;
 using namespace anyep::testkit;
 
@@ -110,7 +111,7 @@ double engine_alone(uint64_t events) {
       const bool early = (r + g) & 1;
       if (early && e.on_signal(src, rec, 0)) std::abort();
       for (int i = 0; i < 7; ++i)
-        if (e.on_write(src, imm::make_write(tag, 0, false), 0)) std::abort();
+        if (e.on_write(src, imm::encode_write(tag, 0, false), 0)) std::abort();
       if (!early && e.on_signal(src, rec, 0)) std::abort();
     }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

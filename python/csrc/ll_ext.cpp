@@ -20,7 +20,7 @@
 namespace {
 
 using anyep::InvalidArgument;
-using anyep::LowLatencyBuffer;
+using anyep::runtime::LowLatencyBuffer;
 using anyep::ext::ll_trace;
 namespace ll = anyep::ll;
 namespace rt = anyep::runtime;
@@ -94,9 +94,9 @@ class LLBuffer {
       : rt_(std::make_shared<LowLatencyBuffer>(rank, num_ranks, num_bytes, c10::cuda::current_device(),
                                                path_name(allow_nvlink))) {}
   static std::string path_name(bool allow_nvlink) {
-    const anyep::LLPath p = anyep::parse_ll_path("");
-    if (!allow_nvlink && p == anyep::LLPath::kAuto) return anyep::ll_path_name(anyep::LLPath::kProxyLibfabric);
-    return anyep::ll_path_name(p);
+    const rt::LLPath p = rt::parse_ll_path("");
+    if (!allow_nvlink && p == rt::LLPath::kAuto) return rt::ll_path_name(rt::LLPath::kProxyLibfabric);
+    return rt::ll_path_name(p);
   }
 
   py::bytes local_info() const {

@@ -12,7 +12,7 @@
 #include "common/cuda_check.h"
 #endif
 
-namespace anyep {
+namespace anyep::channel {
 
 namespace {
 bool is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
@@ -163,4 +163,4 @@ void Channel::check_errors() const {
   }
 }
 
-}  // namespace anyep
+}  // namespace anyep::channel

@@ -9,7 +9,7 @@
 
 #include "channel/ring.h"
 
-namespace anyep {
+namespace anyep::channel {
 
 enum class ProducerKind : uint8_t {
   kCpu,  // producers are host threads: every counter lives in host memory
@@ -111,4 +111,4 @@ class Channel {
   std::vector<RingConsumer> consumers_;
 };
 
-}  // namespace anyep
+}  // namespace anyep::channel

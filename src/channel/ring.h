@@ -22,7 +22,7 @@
 #include "channel/transfer_cmd.h"
 #include "common/portability.h"
 
-namespace anyep {
+namespace anyep::channel {
 
 // Filled in by a producer whose wait timed out, read by the host (Channel::check_errors).
 // The fields are written before `code` (release), so a host that sees a code sees fields written
@@ -157,4 +157,4 @@ struct RingHandle {
   }
 };
 
-}  // namespace anyep
+}  // namespace anyep::channel

@@ -32,7 +32,7 @@
 #include "common/error.h"
 #endif
 
-namespace anyep {
+namespace anyep::channel {
 
 enum class Op : uint8_t {
   kEmpty = 0,    // never published: a zero `lo` word means "slot not written yet"
@@ -245,4 +245,4 @@ ANYEP_HD ANYEP_INLINE TransferCmd make_quiet(uint32_t dst_rank = cmd::kAllPeers,
   return c;
 }
 
-}  // namespace anyep
+}  // namespace anyep::channel

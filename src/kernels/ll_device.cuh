@@ -72,9 +72,9 @@ __device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) 
 
 // Push one proxy command into the ring of its fence group (see ProxyPath). A push that times out
 // has filled the ring's error record (the runtime raises it); report it here too so waits end.
-__device__ inline void push_cmd(const Common& c, uint32_t tag, const TransferCmd& cmd, int expert, int peer) {
-  const RingHandle& ring = c.proxy.rings[tag % static_cast<uint32_t>(c.proxy.num_rings)];
-  if (ring.push(cmd) == kPushFailed) report(c.err, kErrRingTimeout, c.rank, expert, peer, static_cast<int>(ring.ring_id));
+__device__ inline void push_cmd(const Common& c, uint32_t tag, const channel::TransferCmd& cmd, int expert, int peer) {
+  const channel::RingHandle& ring = c.proxy.rings[tag % static_cast<uint32_t>(c.proxy.num_rings)];
+  if (ring.push(cmd) == channel::kPushFailed) report(c.err, kErrRingTimeout, c.rank, expert, peer, static_cast<int>(ring.ring_id));
 }
 
 // A proxy WRITE of fence group `tag` (symmetric offsets). Fits by construction (the runtime
@@ -82,7 +82,7 @@ __device__ inline void push_cmd(const Common& c, uint32_t tag, const TransferCmd
 // traps with the field's name should that ever break, instead of pushing a half-built command.
 __device__ inline void push_write(const Common& c, uint32_t tag, int peer, uint64_t src_off, uint64_t dst_off,
                                   uint64_t len, int expert) {
-  push_cmd(c, tag, make_write(static_cast<uint32_t>(peer), src_off, dst_off, len, tag, false), expert, peer);
+  push_cmd(c, tag, channel::make_write(static_cast<uint32_t>(peer), src_off, dst_off, len, tag, false), expert, peer);
 }
 
 // The count or flag of fence group `tag`: the receiving proxy adds `value` to `counter` once
@@ -91,7 +91,7 @@ __device__ inline void push_count_signal(const Common& c, uint32_t tag, int peer
                                          int fence_count, int expert) {
   // Fits by construction like push_write (counters and tags are laid out by the runtime).
   push_cmd(c, tag,
-           make_signal(static_cast<uint32_t>(peer), counter, value, cmd::kFenceCount, tag,
+           channel::make_signal(static_cast<uint32_t>(peer), counter, value, channel::cmd::kFenceCount, tag,
                        static_cast<uint32_t>(fence_count)),
            expert, peer);
 }

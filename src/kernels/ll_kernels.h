@@ -57,7 +57,7 @@ struct Workspace {
 // it sees a group's WRITEs before its SIGNAL (the SIGNAL is pushed after every WRITE of the group
 // was pushed), so the order holds even when the proxy bypasses its ordering engine.
 struct ProxyPath {
-  const RingHandle* rings = nullptr;       // device array [num_rings]; null: no proxy
+  const channel::RingHandle* rings = nullptr;       // device array [num_rings]; null: no proxy
   int num_rings = 0;
   unsigned long long* counters = nullptr;  // [kNumCounters] pinned host memory, GPU view
 };

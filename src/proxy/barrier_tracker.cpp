@@ -29,7 +29,7 @@ int BarrierTracker::flat(BarrierState& b, uint64_t& outstanding, uint64_t contex
     if (p == me || !in_set(p, b.rail)) continue;
     // Counted on the ring: the barrier retires only once our arrivals are complete too, so a peer
     // that leaves the barrier and shuts down cannot strand our arrival in its transport.
-    const int rc = ep_.post_imm(p, imm::make_barrier(static_cast<uint32_t>(b.epoch), b.rail), context);
+    const int rc = ep_.post_imm(p, imm::encode_barrier(static_cast<uint32_t>(b.epoch), b.rail), context);
     if (rc == -EAGAIN) return 0;
     if (rc) return fail(-EPROTO, "BARRIER: posting to rank " + std::to_string(p) + " failed: " + ep_.last_error());
     ++outstanding;
@@ -53,12 +53,12 @@ int BarrierTracker::flat(BarrierState& b, uint64_t& outstanding, uint64_t contex
 
 // Shared memory within the host, then the leaders across hosts (flat among them).
 int BarrierTracker::hierarchical(BarrierState& b, uint64_t& outstanding, uint64_t context) {
-  const HostLayout& L = hosts_;
+  const HostLayout& hl = hosts_;
   const uint32_t epoch = static_cast<uint32_t>(b.epoch);
   if (b.phase == 0) {
     // Our writes are remotely complete before we announce arrival, so whoever leaves sees them.
     if (outstanding) return 0;
-    BarrierWord& w = shm_->arrival(thread_, L.local_index[L.rank]);
+    BarrierWord& w = shm_->arrival(thread_, hl.local_index[hl.rank]);
     w.epoch.store(epoch, std::memory_order_relaxed);
     // Release: the epoch (and everything this rank did before) is visible to the leader that
     // acquires the count.
@@ -66,22 +66,22 @@ int BarrierTracker::hierarchical(BarrierState& b, uint64_t& outstanding, uint64_
     b.phase = 1;
   }
   BarrierWord& rel = shm_->release(thread_);
-  if (!L.leader()) return rel.count.load(std::memory_order_acquire) >= b.target ? 1 : 0;
+  if (!hl.leader()) return rel.count.load(std::memory_order_acquire) >= b.target ? 1 : 0;
   if (b.phase == 1) {
-    for (uint32_t j = 1; j < L.local_size(); ++j)
+    for (uint32_t j = 1; j < hl.local_size(); ++j)
       if (shm_->arrival(thread_, j).count.load(std::memory_order_acquire) < b.target) return 0;
     // A local rank cannot have entered the next barrier yet (it waits for our release), so the
     // epoch read here is the one it stored for this barrier.
-    for (uint32_t j = 1; j < L.local_size(); ++j) {
+    for (uint32_t j = 1; j < hl.local_size(); ++j) {
       const uint32_t e = shm_->arrival(thread_, j).epoch.load(std::memory_order_relaxed);
       if (e != epoch)
-        return fail(-EINVAL, "BARRIER #" + std::to_string(b.target) + ": " + L.name(L.local_ranks[j]) +
+        return fail(-EINVAL, "BARRIER #" + std::to_string(b.target) + ": " + hl.name(hl.local_ranks[j]) +
                                  " entered it with epoch " + std::to_string(e) + " but this rank with epoch " +
                                  std::to_string(epoch) + " (mismatched barriers)");
     }
     b.phase = 2;
   }
-  if (L.num_hosts > 1) {
+  if (hl.num_hosts > 1) {
     const int rc = flat(b, outstanding, context);
     if (rc <= 0) return rc;
   }
@@ -103,23 +103,23 @@ int BarrierTracker::on_arrival(uint32_t src, uint32_t v) {
 }
 
 std::string BarrierTracker::missing(const BarrierState& b, uint64_t outstanding) const {
-  const HostLayout& L = hosts_;
+  const HostLayout& hl = hosts_;
   std::string m;
   uint32_t shown = 0;
   if (outstanding) m = " (own ring still has " + std::to_string(outstanding) + " incomplete writes)";
   const bool local = !b.rail && shm_;
   if (local && b.phase >= 1) {
     // Ranks of this host that have not stored their arrival (any local rank can read the words).
-    for (uint32_t j = 0; j < L.local_size() && shown < 16; ++j) {
+    for (uint32_t j = 0; j < hl.local_size() && shown < 16; ++j) {
       const uint32_t c = shm_->arrival(thread_, j).count.load(std::memory_order_acquire);
-      const uint32_t p = L.local_ranks[j];
+      const uint32_t p = hl.local_ranks[j];
       if (c < b.target)
-        m += " rank " + std::to_string(p) + " (host " + std::to_string(L.host) + ", entered " + std::to_string(c) + ")", ++shown;
+        m += " rank " + std::to_string(p) + " (host " + std::to_string(hl.host) + ", entered " + std::to_string(c) + ")", ++shown;
     }
-    if (!L.leader()) {
+    if (!hl.leader()) {
       if (!shown)
-        m += " another host: every rank of host " + std::to_string(L.host) + " entered; its leader rank " +
-             std::to_string(L.leader_of_host[L.host]) + " waits for the other hosts' leaders";
+        m += " another host: every rank of host " + std::to_string(hl.host) + " entered; its leader rank " +
+             std::to_string(hl.leader_of_host[hl.host]) + " waits for the other hosts' leaders";
       return m;
     }
     if (shown || b.phase < 2) return m;
@@ -127,10 +127,10 @@ std::string BarrierTracker::missing(const BarrierState& b, uint64_t outstanding)
     return m;
   }
   for (uint32_t p = 0; p < num_ranks_ && shown < 16; ++p)
-    if (p != L.rank && in_set(p, b.rail) && barriers_in_[b.rail][p] < b.target) {
+    if (p != hl.rank && in_set(p, b.rail) && barriers_in_[b.rail][p] < b.target) {
       const std::string n = std::to_string(barriers_in_[b.rail][p]);
-      m += local ? " host " + std::to_string(L.host_of[p]) + " (its leader rank " + std::to_string(p) + " entered " + n + ")"
-                 : " rank " + std::to_string(p) + " (host " + std::to_string(L.host_of[p]) + ", entered " + n + ")";
+      m += local ? " host " + std::to_string(hl.host_of[p]) + " (its leader rank " + std::to_string(p) + " entered " + n + ")"
+                 : " rank " + std::to_string(p) + " (host " + std::to_string(hl.host_of[p]) + ", entered " + n + ")";
       ++shown;
     }
   return m;

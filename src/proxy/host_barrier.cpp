@@ -143,11 +143,11 @@ Hosts setup_hosts(transport::Bootstrap& boot, uint32_t ranks_per_host, uint32_t 
   const auto all = boot.allgather(mine);
 
   Hosts out;
-  HostLayout& L = out.layout;
-  L.rank = me;
-  L.ranks_per_host = ranks_per_host;
-  L.host_of.resize(n);
-  L.local_index.resize(n);
+  HostLayout& hl = out.layout;
+  hl.rank = me;
+  hl.ranks_per_host = ranks_per_host;
+  hl.host_of.resize(n);
+  hl.local_index.resize(n);
   std::map<std::string, uint32_t> ids;
   std::vector<uint32_t> fill;
   uint64_t job = 0;
@@ -167,24 +167,24 @@ Hosts setup_hosts(transport::Bootstrap& boot, uint32_t ranks_per_host, uint32_t 
       h = it->second;
     }
     if (h >= fill.size()) fill.resize(h + 1, 0);
-    if (fill[h] == 0) L.leader_of_host.resize(h + 1), L.leader_of_host[h] = p;
-    L.host_of[p] = h;
-    L.local_index[p] = fill[h]++;
+    if (fill[h] == 0) hl.leader_of_host.resize(h + 1), hl.leader_of_host[h] = p;
+    hl.host_of[p] = h;
+    hl.local_index[p] = fill[h]++;
   }
-  L.num_hosts = static_cast<uint32_t>(fill.size());
-  L.host = L.host_of[me];
+  hl.num_hosts = static_cast<uint32_t>(fill.size());
+  hl.host = hl.host_of[me];
   for (uint32_t p = 0; p < n; ++p)
-    if (L.host_of[p] == L.host) L.local_ranks.push_back(p);
+    if (hl.host_of[p] == hl.host) hl.local_ranks.push_back(p);
 
   // Rounds 2-3: the leader creates the segment; then the others map it; then the leader unlinks
   // the name. Every rank takes part in every round, so a failure anywhere is raised everywhere.
   char name[64];
-  std::snprintf(name, sizeof(name), "/anyep-%016llx-h%u", static_cast<unsigned long long>(job), L.host);
-  const bool shared = L.local_size() > 1;
+  std::snprintf(name, sizeof(name), "/anyep-%016llx-h%u", static_cast<unsigned long long>(job), hl.host);
+  const bool shared = hl.local_size() > 1;
   std::string err;
-  if (shared && L.leader()) {
+  if (shared && hl.leader()) {
     try {
-      out.shm = HostShmAccess::create(name, job, L.local_size(), num_threads);
+      out.shm = HostShmAccess::create(name, job, hl.local_size(), num_threads);
       std::lock_guard<std::mutex> g(g_mu);
       registry()[name] = out.shm;
     } catch (const std::exception& e) {
@@ -192,21 +192,21 @@ Hosts setup_hosts(transport::Bootstrap& boot, uint32_t ranks_per_host, uint32_t 
     }
   }
   raise_first(boot.allgather(bytes_of(err)), "create");
-  if (shared && !L.leader()) {
+  if (shared && !hl.leader()) {
     try {
       {
         std::lock_guard<std::mutex> g(g_mu);
         auto it = registry().find(name);
         if (it != registry().end()) out.shm = it->second.lock();
       }
-      if (!out.shm) out.shm = HostShmAccess::open(name, job, L.local_size(), num_threads);
+      if (!out.shm) out.shm = HostShmAccess::open(name, job, hl.local_size(), num_threads);
     } catch (const std::exception& e) {
       err = e.what();
     }
   }
   // Every rank has mapped (or failed): remove the name, the mappings stay.
   const auto mapped = boot.allgather(bytes_of(err));
-  if (shared && L.leader()) {
+  if (shared && hl.leader()) {
     shm_unlink(name);
     std::lock_guard<std::mutex> g(g_mu);
     registry().erase(name);

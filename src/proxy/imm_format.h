@@ -65,7 +65,7 @@ static_assert(kMaxTags >= 1024, "tags must name >= 1024 local experts");
 
 inline constexpr Kind kind(uint32_t v) { return static_cast<Kind>(v >> kKindShift); }
 
-inline constexpr uint32_t make_write(uint32_t tag, uint32_t segment, bool plus_one) {
+inline constexpr uint32_t encode_write(uint32_t tag, uint32_t segment, bool plus_one) {
   return (static_cast<uint32_t>(Kind::kWrite) << kKindShift) | ((tag & mask(kTagBits)) << kTagShift) |
          ((segment & mask(kSegmentBits)) << kSegmentShift) | (plus_one ? 1u << kPlusOneShift : 0u);
 }
@@ -76,12 +76,12 @@ inline constexpr bool write_reserved_clear(uint32_t v) {
   return ((v & mask(kPayloadBits)) >> kWriteUsedBits) == 0;
 }
 
-inline constexpr uint32_t make_signal(uint32_t seq) {
+inline constexpr uint32_t encode_signal(uint32_t seq) {
   return (static_cast<uint32_t>(Kind::kSignal) << kKindShift) | (seq & kSeqMask);
 }
 inline constexpr uint32_t signal_seq(uint32_t v) { return v & kSeqMask; }
 
-inline constexpr uint32_t make_barrier(uint32_t epoch, bool rail) {
+inline constexpr uint32_t encode_barrier(uint32_t epoch, bool rail) {
   return (static_cast<uint32_t>(Kind::kBarrier) << kKindShift) | (epoch & kEpochMask) |
          (rail ? 1u << kRailShift : 0u);
 }
@@ -91,7 +91,7 @@ inline constexpr bool barrier_reserved_clear(uint32_t v) {
   return ((v & mask(kPayloadBits)) >> (kRailShift + 1)) == 0;
 }
 
-inline constexpr uint32_t make_credit(uint32_t slots) {
+inline constexpr uint32_t encode_credit(uint32_t slots) {
   return (static_cast<uint32_t>(Kind::kCredit) << kKindShift) | (slots & mask(kCreditBits));
 }
 inline constexpr uint32_t credit_slots(uint32_t v) { return v & mask(kCreditBits); }

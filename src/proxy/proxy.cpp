@@ -56,7 +56,7 @@ uint32_t Proxy::default_threads() {
   return static_cast<uint32_t>(t);
 }
 
-Proxy::Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_ptr<transport::Transport>> endpoints,
+Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel, std::vector<std::unique_ptr<transport::Transport>> endpoints,
              const std::vector<Region>& regions, transport::Bootstrap& boot)
     : channel_(channel), rank_(boot.rank()), num_ranks_(boot.size()) {
   const uint32_t T = static_cast<uint32_t>(endpoints.size());
@@ -102,7 +102,7 @@ Proxy::Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_p
     s.shm = hosts_.shm.get();
     s.engine = EngineConfig{rank_, num_ranks_, cfg.num_tags, cfg.max_pending, timeout_ns, bypass_, cfg.counters,
                             cfg.num_counters};
-    std::vector<RingConsumer*> rings;
+    std::vector<channel::RingConsumer*> rings;
     for (uint32_t r = t; r < channel.num_rings(); r += T) rings.push_back(&channel.consumer(r));
     threads_.push_back(std::make_unique<ProxyThread>(s, std::move(endpoints[t]), *sym_, std::move(rings), error_));
   }

@@ -75,7 +75,7 @@ class Proxy {
   // `endpoints` (one per thread, T = endpoints.size()) must be fresh: the proxy registers the
   // symmetric `regions` (same lengths on every rank) plus its own signal areas on each, and
   // connects them through `boot` (a collective: every rank constructs its Proxy together).
-  Proxy(const ProxyConfig& cfg, Channel& channel, std::vector<std::unique_ptr<transport::Transport>> endpoints,
+  Proxy(const ProxyConfig& cfg, channel::Channel& channel, std::vector<std::unique_ptr<transport::Transport>> endpoints,
         const std::vector<Region>& regions, transport::Bootstrap& boot);
   ~Proxy();
   Proxy(const Proxy&) = delete;
@@ -101,7 +101,7 @@ class Proxy {
   static uint32_t default_threads();
 
  private:
-  Channel& channel_;
+  channel::Channel& channel_;
   uint32_t rank_, num_ranks_;
   bool bypass_ = false;
   std::unique_ptr<SymmetricMemory> sym_;

@@ -8,6 +8,11 @@
 
 namespace anyep::proxy {
 
+using channel::Op;
+using channel::RingConsumer;
+using channel::TransferCmd;
+namespace cmd = channel::cmd;
+
 namespace {
 anyepStatus status_of(int rc) {
   switch (rc) {
@@ -225,7 +230,7 @@ bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
   const uint32_t dst = cmd_dst_rank(c), tag = cmd_tag(c);
   const uint64_t len = cmd_length(c), so = cmd_src_offset(c), dof = cmd_dst_offset(c);
   std::string why;
-  Where src{0, 0}, dw{0, 0};
+  RegionOffset src{0, 0}, dw{0, 0};
   if (dst >= s_.num_ranks) {
     why = "WRITE to rank " + std::to_string(dst) + ", but there are only " + std::to_string(s_.num_ranks) +
           " ranks (missing peer)";
@@ -254,7 +259,7 @@ bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
   w.length = len;
   // Bypass: the receiver needs an immediate only to apply a piggybacked +1.
   w.has_imm = !s_.bypass || plus_one;
-  w.imm = imm::make_write(tag, g.segment, plus_one);
+  w.imm = imm::encode_write(tag, g.segment, plus_one);
   w.context = completion::make(r);
   wq_tag_[slot] = tag;
   return true;

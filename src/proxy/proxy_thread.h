@@ -49,7 +49,7 @@ class ProxyThread {
  public:
   // Registers regions + signal area + staging on `ep` (in that order on every rank).
   ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transport> ep, const SymmetricMemory& sym,
-              std::vector<RingConsumer*> rings, AsyncError& err);
+              std::vector<channel::RingConsumer*> rings, AsyncError& err);
 
   transport::Transport& endpoint() { return *ep_; }
   uint32_t num_mrs() const { return static_cast<uint32_t>(sym_.regions().size()) + 2; }
@@ -63,7 +63,7 @@ class ProxyThread {
   enum class Step { kDone, kBlocked, kRetry, kFailed };
   enum class Block : uint8_t { kNone, kQuiet, kBarrier };
   struct RingState {
-    RingConsumer* ring = nullptr;
+    channel::RingConsumer* ring = nullptr;
     uint64_t outstanding = 0;   // posted, not yet locally complete
     uint32_t frozen = 0;        // QUIETs of other rings waiting on this one
     Block block = Block::kNone;
@@ -78,21 +78,21 @@ class ProxyThread {
   };
 
   bool service_ring(uint32_t r, uint64_t now);
-  Step execute(uint32_t r, const TransferCmd& c, uint64_t now);
+  Step execute(uint32_t r, const channel::TransferCmd& c, uint64_t now);
   // A post's return code: kDone (0), kRetry (-EAGAIN, counted), or kFailed (the error recorded,
   // naming `what` and its destination).
   Step post_result(uint32_t r, int rc, const char* what, uint32_t dst);
   // WRITEs: validated and built into wq_[slot] (false: rejected, error recorded), then posted
   // together with one post_writes; returns how many went out (*stop: kRetry / kFailed if not all).
-  bool build_write(uint32_t r, const TransferCmd& c, uint32_t slot);
+  bool build_write(uint32_t r, const channel::TransferCmd& c, uint32_t slot);
   uint32_t flush_writes(uint32_t r, uint32_t n, Step* stop);
-  Step do_signal(uint32_t r, const TransferCmd& c);
-  Step start_quiet(uint32_t r, const TransferCmd& c, uint64_t now);
+  Step do_signal(uint32_t r, const channel::TransferCmd& c);
+  Step start_quiet(uint32_t r, const channel::TransferCmd& c, uint64_t now);
   bool try_finish(uint32_t r, uint64_t now);
   bool poll_transport(uint64_t now);
   void check_timeouts(uint64_t now);
   void publish_stats();
-  Step reject(uint32_t r, const TransferCmd& c, const std::string& why);
+  Step reject(uint32_t r, const channel::TransferCmd& c, const std::string& why);
   void fatal(anyepStatus s, const std::string& msg);
   std::string where(uint32_t r) const;
   int local_ring(uint32_t ring_id) const;
@@ -110,7 +110,7 @@ class ProxyThread {
 
   std::vector<SendGroup> send_groups_;  // [num_ranks][num_tags] segments of ordered signals
 
-  std::vector<TransferCmd> batch_;
+  std::vector<channel::TransferCmd> batch_;
   std::vector<transport::WriteDesc> wq_;  // [batch] WRITEs built, not yet posted
   std::vector<uint32_t> wq_tag_;          // [batch] their tags
   std::vector<transport::Completion> comps_;

@@ -50,7 +50,7 @@ int SignalLink::send(uint32_t dst, SignalRecord rec, uint32_t ring) {
                     sizeof(SignalRecord);
   w.length = sizeof(SignalRecord);
   w.has_imm = true;
-  w.imm = imm::make_signal(seq);
+  w.imm = imm::encode_signal(seq);
   w.context = completion::make(ring, slot + 1ull);
   if (const int rc = ep_.post_write(w)) return rc;
   // The slot is ours until the write completes locally; the peer hands its record slot back by credit.
@@ -98,7 +98,7 @@ int SignalLink::send_credits() {
   credits_pending_ = false;
   for (uint32_t p = 0; p < cfg_.num_ranks; ++p) {
     if (!credit_owed_[p]) continue;
-    const int rc = ep_.post_imm(p, imm::make_credit(credit_owed_[p]), completion::make(completion::kNoRing));
+    const int rc = ep_.post_imm(p, imm::encode_credit(credit_owed_[p]), completion::make(completion::kNoRing));
     if (rc == -EAGAIN) {
       credits_pending_ = true;
       return 0;

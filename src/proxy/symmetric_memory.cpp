@@ -5,6 +5,8 @@
 
 namespace anyep::proxy {
 
+namespace cmd = channel::cmd;
+
 SymmetricMemory::SymmetricMemory(std::vector<Region> regions) : regions_(std::move(regions)) {
   if (regions_.empty()) throw InvalidArgument("symmetric memory: no regions");
   uint64_t at = 0;

@@ -22,7 +22,8 @@ struct Region {
   transport::MemKind kind = transport::MemKind::kHost;  // how the transport registers it
 };
 
-struct Where {
+// translate()'s result: a symmetric offset as (region, offset inside that region).
+struct RegionOffset {
   uint32_t region;
   uint64_t offset;  // inside the region
 };
@@ -33,7 +34,7 @@ class SymmetricMemory {
   explicit SymmetricMemory(std::vector<Region> regions);
 
   // True when [sym_offset, sym_offset + length) lies inside one region.
-  bool translate(uint64_t sym_offset, uint64_t length, Where* out) const {
+  bool translate(uint64_t sym_offset, uint64_t length, RegionOffset* out) const {
     for (uint32_t k = 0; k < starts_.size(); ++k) {
       const uint64_t s = starts_[k], len = regions_[k].length;
       if (sym_offset >= s && sym_offset - s <= len && length <= len - (sym_offset - s)) {

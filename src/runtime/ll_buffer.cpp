@@ -9,7 +9,7 @@
 #include "common/cuda_check.h"
 #include "common/error.h"
 
-namespace anyep {
+namespace anyep::runtime {
 namespace {
 
 void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL", what); }
@@ -211,7 +211,7 @@ std::string LowLatencyBuffer::describe_paths() const {
 }
 
 ll::Layout LowLatencyBuffer::layout_for(const LLShape& s) const {
-  return runtime::validate_layout(s.max_tokens, s.hidden, s.num_experts, info());
+  return validate_layout(s.max_tokens, s.hidden, s.num_experts, info());
 }
 
 ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int num_topk, int buf) {
@@ -329,4 +329,4 @@ void LowLatencyBuffer::check_error() const {
   throw TimeoutError(m);
 }
 
-}  // namespace anyep
+}  // namespace anyep::runtime

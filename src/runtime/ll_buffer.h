@@ -18,7 +18,7 @@
 #include "runtime/ll_validate.h"
 #include "transport/bootstrap/bootstrap.h"
 
-namespace anyep {
+namespace anyep::runtime {
 
 struct LLShape {
   int64_t max_tokens = 0;  // T: num_max_dispatch_tokens_per_rank
@@ -60,7 +60,7 @@ class LowLatencyBuffer {
   // Checks the shape against the buffer and the limits; throws InvalidArgument naming the problem.
   ll::Layout layout_for(const LLShape& s) const;
   // What the call checks (runtime/ll_validate.h) need to know of this buffer.
-  runtime::LLBufferInfo info() const { return {num_ranks_, device_, num_bytes_}; }
+  LLBufferInfo info() const { return {num_ranks_, device_, num_bytes_}; }
   // ANYEP_LL_CHECK_INPUTS, read at construction: check topk_idx values on the host before a call.
   bool check_inputs() const { return check_inputs_; }
 
@@ -111,4 +111,4 @@ class LowLatencyBuffer {
   bool check_inputs_ = true;
 };
 
-}  // namespace anyep
+}  // namespace anyep::runtime

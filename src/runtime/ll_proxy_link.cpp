@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "transport/factory.h"
 
-namespace anyep {
+namespace anyep::runtime {
 namespace {
 
 void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL proxy", what); }
@@ -55,20 +55,20 @@ LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<
                          transport::Bootstrap& boot) {
   if (endpoints.empty()) throw InvalidArgument("anyep LL proxy: no transport endpoints");
   // Command offsets are 32-bit in 16-byte units: the whole buffer must be within reach.
-  if (bytes > cmd::kMaxOffset)
+  if (bytes > channel::cmd::kMaxOffset)
     throw InvalidArgument("anyep LL proxy: buffer of " + std::to_string(bytes) + " bytes exceeds the 64 GiB a command can address");
   const auto& caps = endpoints[0]->capabilities();
   transport_name_ = caps.backend + "/" + caps.provider;
   const uint32_t threads = static_cast<uint32_t>(endpoints.size());
   const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
 
-  ChannelConfig cc;
+  channel::ChannelConfig cc;
   cc.num_rings = threads * kRingsPerThread;
   cc.capacity = kRingCapacity;
-  cc.producer = ProducerKind::kGpu;
+  cc.producer = channel::ProducerKind::kGpu;
   cc.cuda_device = device;
   cc.timeout_ns = static_cast<uint64_t>(timeout_s * 1e9);
-  channel_ = std::make_unique<Channel>(cc);
+  channel_ = std::make_unique<channel::Channel>(cc);
 
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
   cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&counters_host_), sizeof(unsigned long long) * ll::kNumCounters,
@@ -120,4 +120,4 @@ std::string LLProxyLink::describe() const {
          std::to_string(channel_->num_rings()) + " rings" + (proxy_->bypass() ? ", ordering engine bypassed" : "");
 }
 
-}  // namespace anyep
+}  // namespace anyep::runtime

@@ -18,7 +18,7 @@
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/transport.h"
 
-namespace anyep {
+namespace anyep::runtime {
 
 // How the LL buffer reaches its peers.
 enum class LLPath : uint8_t {
@@ -56,11 +56,11 @@ class LLProxyLink {
   std::string describe() const;  // "cuda-ipc/cuda-ipc, 4 threads, 16 rings" (for messages and logs)
 
  private:
-  std::unique_ptr<Channel> channel_;
+  std::unique_ptr<channel::Channel> channel_;
   std::unique_ptr<proxy::Proxy> proxy_;
   unsigned long long* counters_host_ = nullptr;
   unsigned long long* counters_dev_ = nullptr;
   std::string transport_name_;
 };
 
-}  // namespace anyep
+}  // namespace anyep::runtime

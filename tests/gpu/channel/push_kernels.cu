@@ -8,9 +8,9 @@ __global__ void push_kernel(PushParams p) {
   if (lane >= p.lanes_per_warp) return;
   for (uint32_t j = 0; j < p.per_lane; ++j) {
     const uint32_t ring = ring_of(tid, j, p.num_rings, p.spread_lanes);
-    const TransferCmd c = expected_cmd(tid, j, ring);
+    const channel::TransferCmd c = expected_cmd(tid, j, ring);
     const uint64_t idx = p.warp_push ? p.rings[ring].push_warp(c) : p.rings[ring].push(c);
-    if (idx == kPushFailed) atomicAdd(p.failures, 1u);
+    if (idx == channel::kPushFailed) atomicAdd(p.failures, 1u);
     if (p.progress) port::store_release_system(&p.progress[tid], j + 1);
   }
 }

@@ -13,7 +13,7 @@ namespace anyep::gputest {
 // and encodes, redundantly, who sent it and which one it is (see expected_cmd), so the consumer
 // can check exactly-once, per-producer order, and that no slot was torn.
 struct PushParams {
-  const RingHandle* rings;   // device array of producer handles (Channel::producer_array())
+  const channel::RingHandle* rings;   // device array of producer handles (Channel::producer_array())
   uint32_t num_rings;
   uint32_t per_lane;         // commands each producing lane pushes
   uint32_t lanes_per_warp;   // lanes 0..lanes_per_warp-1 of each warp produce (<= kWarpSize)
@@ -30,12 +30,12 @@ ANYEP_HD inline uint32_t ring_of(uint32_t p, uint32_t j, uint32_t num_rings, int
 }
 
 // The command producer p sends as its j-th: a WRITE whose fields all derive from (p, j, ring).
-ANYEP_HD inline TransferCmd expected_cmd(uint32_t p, uint32_t j, uint32_t ring) {
-  TransferCmd c{};
+ANYEP_HD inline channel::TransferCmd expected_cmd(uint32_t p, uint32_t j, uint32_t ring) {
+  channel::TransferCmd c{};
   // Cannot fail at the test's sizes: rank and length are masked into range, the offsets (16 * j,
   // 16 * p bytes) and the tag (a ring index) are far below their limits.
-  (void)try_make_write(&c, p & cmd::kMaxDstRank, uint64_t{j} * cmd::kOffsetAlign, uint64_t{p} * cmd::kOffsetAlign,
-                       j & cmd::kMaxLength, ring, (p ^ j) & 1);
+  (void)channel::try_make_write(&c, p & channel::cmd::kMaxDstRank, uint64_t{j} * channel::cmd::kOffsetAlign, uint64_t{p} * channel::cmd::kOffsetAlign,
+                       j & channel::cmd::kMaxLength, ring, (p ^ j) & 1);
   return c;
 }
 

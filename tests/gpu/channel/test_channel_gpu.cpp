@@ -12,6 +12,7 @@
 #include "push_kernels.h"
 
 using namespace anyep;
+using namespace anyep::channel;
 using namespace anyep::gputest;
 
 namespace {

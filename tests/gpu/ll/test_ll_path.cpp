@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "runtime/ll_proxy_link.h"
 
-namespace anyep {
+namespace anyep::runtime {
 namespace {
 
 TEST(LLPath, NamesRoundTrip) {
@@ -37,4 +37,4 @@ TEST(LLPath, BadValueNamesTheChoices) {
 }
 
 }  // namespace
-}  // namespace anyep
+}  // namespace anyep::runtime

@@ -21,6 +21,9 @@
 namespace anyep {
 namespace {
 
+using runtime::LLShape;
+using runtime::LowLatencyBuffer;
+
 #define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
 uint16_t to_bf16(float f) {

@@ -16,6 +16,7 @@
 #include "transport/factory.h"
 
 using namespace anyep;
+using namespace anyep::channel;
 using namespace anyep::proxy;
 using namespace anyep::testkit;
 

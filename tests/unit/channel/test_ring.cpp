@@ -3,6 +3,7 @@
 #include "channel/channel.h"
 
 using namespace anyep;
+using namespace anyep::channel;
 
 TEST(Ring, PushPollPop) {
   Channel ch({.num_rings = 1, .capacity = 4});

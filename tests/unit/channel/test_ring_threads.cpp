@@ -12,6 +12,7 @@
 #include "channel/channel.h"
 
 using namespace anyep;
+using namespace anyep::channel;
 
 namespace {
 // Payload of a stress command: who pushed it and its sequence number within (producer, ring).

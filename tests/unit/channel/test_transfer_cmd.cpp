@@ -3,6 +3,7 @@
 #include "channel/transfer_cmd.h"
 
 using namespace anyep;
+using namespace anyep::channel;
 
 TEST(TransferCmd, WriteRoundTripAtLimits) {
   TransferCmd c = make_write(cmd::kMaxDstRank, cmd::kMaxOffset, cmd::kMaxOffset - 16, cmd::kMaxLength,

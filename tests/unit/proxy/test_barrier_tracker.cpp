@@ -59,18 +59,18 @@ TEST(BarrierTracker, FlatBarrierWaitsForOwnWritesThenForEveryArrival) {
   EXPECT_EQ(bt.advance(b, outstanding, 42), 0);
   EXPECT_EQ(destinations(t), (std::vector<uint32_t>{1, 2, 3}));
   for (const auto& i : t.imms) {
-    EXPECT_EQ(i.imm, imm::make_barrier(7, false));
+    EXPECT_EQ(i.imm, imm::encode_barrier(7, false));
     EXPECT_EQ(i.context, 42u);
   }
   EXPECT_EQ(outstanding, 3u);  // our arrivals count on the ring
   EXPECT_EQ(bt.advance(b, outstanding, 42), 0);
   outstanding = 0;  // they completed
 
-  ASSERT_EQ(bt.on_arrival(1, imm::make_barrier(7, false)), 0);
-  ASSERT_EQ(bt.on_arrival(3, imm::make_barrier(7, false)), 0);
+  ASSERT_EQ(bt.on_arrival(1, imm::encode_barrier(7, false)), 0);
+  ASSERT_EQ(bt.on_arrival(3, imm::encode_barrier(7, false)), 0);
   EXPECT_EQ(bt.advance(b, outstanding, 42), 0);
   EXPECT_EQ(bt.missing(b, outstanding), " rank 2 (host 2, entered 0)");
-  ASSERT_EQ(bt.on_arrival(2, imm::make_barrier(7, false)), 0);
+  ASSERT_EQ(bt.on_arrival(2, imm::encode_barrier(7, false)), 0);
   EXPECT_EQ(bt.advance(b, outstanding, 42), 1);
   EXPECT_EQ(t.imms.size(), 3u);  // each member got our arrival once
   EXPECT_EQ(bt.arrivals(false, 2), 1u);
@@ -110,8 +110,8 @@ TEST(BarrierTracker, EarlyArrivalsAreCountedAndTheirEpochsChecked) {
   FakeTransport t(0, 2);
   BarrierTracker bt(L, nullptr, 0, t);
   // The peer entered barriers 1 and 2 before we reached the first (a member is at most one ahead).
-  ASSERT_EQ(bt.on_arrival(1, imm::make_barrier(7, false)), 0);
-  ASSERT_EQ(bt.on_arrival(1, imm::make_barrier(8, false)), 0);
+  ASSERT_EQ(bt.on_arrival(1, imm::encode_barrier(7, false)), 0);
+  ASSERT_EQ(bt.on_arrival(1, imm::encode_barrier(8, false)), 0);
   EXPECT_EQ(bt.arrivals(false, 1), 2u);
   uint64_t outstanding = 0;
   BarrierState b;
@@ -124,9 +124,9 @@ TEST(BarrierTracker, EarlyArrivalsAreCountedAndTheirEpochsChecked) {
   EXPECT_EQ(bt.advance(b, outstanding, 0), 0);
   outstanding = 0;
   EXPECT_EQ(bt.advance(b, outstanding, 0), 1);
-  EXPECT_EQ(t.imms.back().imm, imm::make_barrier(8, false));
+  EXPECT_EQ(t.imms.back().imm, imm::encode_barrier(8, false));
 
-  ASSERT_EQ(bt.on_arrival(1, imm::make_barrier(10, false)), 0);
+  ASSERT_EQ(bt.on_arrival(1, imm::encode_barrier(10, false)), 0);
   bt.begin(b, false, 9);
   EXPECT_EQ(bt.advance(b, outstanding, 0), 0);
   outstanding = 0;
@@ -153,24 +153,24 @@ TEST(BarrierTracker, RailBarrierJoinsTheSameLocalIndexOnEveryHost) {
   uint64_t outstanding = 0;
   EXPECT_EQ(bt.advance(b, outstanding, 0), 0);
   EXPECT_EQ(destinations(t), (std::vector<uint32_t>{1, 5}));
-  EXPECT_EQ(t.imms[0].imm, imm::make_barrier(5, true));
+  EXPECT_EQ(t.imms[0].imm, imm::encode_barrier(5, true));
   outstanding = 0;
   EXPECT_EQ(bt.missing(b, outstanding), " rank 1 (host 0, entered 0) rank 5 (host 2, entered 0)");
-  ASSERT_EQ(bt.on_arrival(5, imm::make_barrier(5, true)), 0);
-  ASSERT_EQ(bt.on_arrival(1, imm::make_barrier(5, true)), 0);
+  ASSERT_EQ(bt.on_arrival(5, imm::encode_barrier(5, true)), 0);
+  ASSERT_EQ(bt.on_arrival(1, imm::encode_barrier(5, true)), 0);
   EXPECT_EQ(bt.advance(b, outstanding, 0), 1);
   // Rail and all-rank barriers are numbered separately.
   EXPECT_EQ(bt.entered(true), 1u);
   EXPECT_EQ(bt.entered(false), 0u);
   EXPECT_EQ(bt.arrivals(false, 1), 0u);
 
-  EXPECT_EQ(bt.on_arrival(2, imm::make_barrier(5, true)), -EPROTO);
+  EXPECT_EQ(bt.on_arrival(2, imm::encode_barrier(5, true)), -EPROTO);
   EXPECT_EQ(bt.last_error(),
             "rail barrier arrival from rank 2 (host 1), which is not a member of this rank's barrier (ranks disagree "
             "on the host layout?)");
   // An all-rank arrival reaches leaders only; rank 3 is not one.
-  EXPECT_EQ(bt.on_arrival(0, imm::make_barrier(5, false)), -EPROTO);
-  EXPECT_EQ(bt.on_arrival(1, imm::make_barrier(5, false) | (1u << 20)), -EPROTO);
+  EXPECT_EQ(bt.on_arrival(0, imm::encode_barrier(5, false)), -EPROTO);
+  EXPECT_EQ(bt.on_arrival(1, imm::encode_barrier(5, false) | (1u << 20)), -EPROTO);
   EXPECT_EQ(bt.last_error(), "malformed barrier immediate from rank 1");
 }
 
@@ -180,7 +180,7 @@ TEST(BarrierTracker, MissingNamesAtMostSixteen) {
   BarrierTracker bt(L, nullptr, 0, t);
   BarrierState b;
   bt.begin(b, false, 1);
-  for (uint32_t p = 1; p < 40; p += 2) ASSERT_EQ(bt.on_arrival(p, imm::make_barrier(1, false)), 0);
+  for (uint32_t p = 1; p < 40; p += 2) ASSERT_EQ(bt.on_arrival(p, imm::encode_barrier(1, false)), 0);
   const std::string m = bt.missing(b, 0);
   size_t named = 0;
   for (size_t at = m.find(" rank "); at != std::string::npos; at = m.find(" rank ", at + 1)) ++named;

@@ -41,16 +41,16 @@ TEST(OrderingEngine, CountFenceHoldsUntilItsWritesLandOtherTagsDoNotWait) {
   EXPECT_EQ(f.counters[3], 0u);
   EXPECT_EQ(f.engine.held(), 1u);
   // A different tag of the same source: its writes are there, it is applied at once.
-  ASSERT_EQ(f.engine.on_write(1, imm::make_write(5, 0, false), 0), 0);
+  ASSERT_EQ(f.engine.on_write(1, imm::encode_write(5, 0, false), 0), 0);
   ASSERT_EQ(f.engine.on_signal(1, sig(5, 1, 5, Fence::kCount, 1), 0), 0);
   EXPECT_EQ(f.counters[5], 1u);
   // Writes of the same tag from another source do not count for source 1.
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(f.engine.on_write(2, imm::make_write(3, 0, false), 0), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(f.engine.on_write(2, imm::encode_write(3, 0, false), 0), 0);
   EXPECT_EQ(f.counters[3], 0u);
-  ASSERT_EQ(f.engine.on_write(1, imm::make_write(3, 0, false), 0), 0);
-  ASSERT_EQ(f.engine.on_write(1, imm::make_write(3, 0, false), 0), 0);
+  ASSERT_EQ(f.engine.on_write(1, imm::encode_write(3, 0, false), 0), 0);
+  ASSERT_EQ(f.engine.on_write(1, imm::encode_write(3, 0, false), 0), 0);
   EXPECT_EQ(f.counters[3], 0u);
-  ASSERT_EQ(f.engine.on_write(1, imm::make_write(3, 0, false), 0), 0);
+  ASSERT_EQ(f.engine.on_write(1, imm::encode_write(3, 0, false), 0), 0);
   EXPECT_EQ(f.counters[3], 7u);
   EXPECT_EQ(f.engine.held(), 0u);
 }
@@ -65,8 +65,8 @@ TEST(OrderingEngine, NegativeValuesAndZeroCounts) {
 
 TEST(OrderingEngine, PlusOneCountsItsOwnWrite) {
   Fixture f(2, 4, 4);
-  ASSERT_EQ(f.engine.on_write(1, imm::make_write(2, 0, true), 0), 0);
-  ASSERT_EQ(f.engine.on_write(1, imm::make_write(2, 0, true), 0), 0);
+  ASSERT_EQ(f.engine.on_write(1, imm::encode_write(2, 0, true), 0), 0);
+  ASSERT_EQ(f.engine.on_write(1, imm::encode_write(2, 0, true), 0), 0);
   EXPECT_EQ(f.counters[2], 2u);
 }
 
@@ -95,7 +95,7 @@ TEST(OrderingEngine, CountFenceRandomOrders) {
         ASSERT_EQ(f.engine.on_signal(e.src, sig(g, 1, e.tag, Fence::kCount, need[g]), 0), 0) << f.engine.last_error();
         sig_in[g] = true;
       } else {
-        ASSERT_EQ(f.engine.on_write(e.src, imm::make_write(e.tag, 0, false), 0), 0) << f.engine.last_error();
+        ASSERT_EQ(f.engine.on_write(e.src, imm::encode_write(e.tag, 0, false), 0), 0) << f.engine.last_error();
         ++got[g];
       }
       for (uint32_t k = 0; k < ranks * tags; ++k)
@@ -135,7 +135,7 @@ TEST(OrderingEngine, OrderedSegmentsWrapAndHoldInOrder) {
             << f.engine.last_error();
         sig_in[e.seg] = true;
       } else {
-        ASSERT_EQ(f.engine.on_write(1, imm::make_write(1, e.seg & 255, false), 0), 0) << f.engine.last_error();
+        ASSERT_EQ(f.engine.on_write(1, imm::encode_write(1, e.seg & 255, false), 0), 0) << f.engine.last_error();
         ++got[e.seg];
       }
       while (applied < S && sig_in[applied] && got[applied] == size[applied]) ++applied;
@@ -148,14 +148,14 @@ TEST(OrderingEngine, OrderedSegmentsWrapAndHoldInOrder) {
 
 TEST(OrderingEngine, SegmentTooFarAheadIsAnError) {
   Fixture f(2, 2, 2);
-  EXPECT_EQ(f.engine.on_write(1, imm::make_write(0, OrderingEngine::kWindow - 1, false), 0), 0);
-  EXPECT_EQ(f.engine.on_write(1, imm::make_write(0, OrderingEngine::kWindow, false), 0), -EPROTO);
+  EXPECT_EQ(f.engine.on_write(1, imm::encode_write(0, OrderingEngine::kWindow - 1, false), 0), 0);
+  EXPECT_EQ(f.engine.on_write(1, imm::encode_write(0, OrderingEngine::kWindow, false), 0), -EPROTO);
   EXPECT_NE(f.engine.last_error().find("more than 64 ordered signals in flight"), std::string::npos) << f.engine.last_error();
 }
 
 TEST(OrderingEngine, HeldSignalTimesOutNamingPeerTagAndMissingWrites) {
   Fixture f(4, 8, 8, false, 16, 1000);
-  ASSERT_EQ(f.engine.on_write(2, imm::make_write(5, 0, false), 0), 0);
+  ASSERT_EQ(f.engine.on_write(2, imm::encode_write(5, 0, false), 0), 0);
   ASSERT_EQ(f.engine.on_signal(2, sig(6, 1, 5, Fence::kCount, 3), 100), 0);
   EXPECT_EQ(f.engine.check_timeouts(1000), 0) << "not yet";
   EXPECT_EQ(f.engine.check_timeouts(1101), -ETIMEDOUT);
@@ -182,12 +182,12 @@ TEST(OrderingEngine, BypassAppliesOnArrival) {
 
 TEST(OrderingEngine, RejectsBadInput) {
   Fixture f(2, 4, 4, false, 2);
-  EXPECT_EQ(f.engine.on_write(1, imm::make_write(9, 0, false), 0), -EINVAL);
+  EXPECT_EQ(f.engine.on_write(1, imm::encode_write(9, 0, false), 0), -EINVAL);
   EXPECT_NE(f.engine.last_error().find("tag 9"), std::string::npos);
-  EXPECT_EQ(f.engine.on_write(7, imm::make_write(1, 0, false), 0), -EINVAL);
+  EXPECT_EQ(f.engine.on_write(7, imm::encode_write(1, 0, false), 0), -EINVAL);
   EXPECT_EQ(f.engine.on_signal(1, sig(99, 1, 0, Fence::kNone, 0), 0), -EINVAL);
   EXPECT_NE(f.engine.last_error().find("counter 99"), std::string::npos);
-  EXPECT_EQ(f.engine.on_write(1, imm::make_signal(3), 0), -EPROTO) << "not a write immediate";
+  EXPECT_EQ(f.engine.on_write(1, imm::encode_signal(3), 0), -EPROTO) << "not a write immediate";
   SignalRecord bad = sig(0, 1, 0, Fence::kNone, 0);
   bad.fence = 7;
   EXPECT_EQ(f.engine.on_signal(1, bad, 0), -EPROTO);

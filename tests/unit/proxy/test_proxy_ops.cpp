@@ -11,6 +11,7 @@
 #include "testkit/local_cluster.h"
 
 using namespace anyep;
+using namespace anyep::channel;
 using namespace anyep::proxy;
 using namespace anyep::testkit;
 

@@ -82,7 +82,7 @@ TEST(SignalLink, SendWritesTheRecordIntoOurSlotOfThePeersArea) {
   EXPECT_EQ(w.remote_offset, (1u * 8 + 0) * sizeof(SignalRecord));  // sender rank 1's row, slot 0
   EXPECT_EQ(w.length, sizeof(SignalRecord));
   EXPECT_TRUE(w.has_imm);
-  EXPECT_EQ(w.imm, imm::make_signal(0));
+  EXPECT_EQ(w.imm, imm::encode_signal(0));
   EXPECT_EQ(completion::ring(w.context), 3u);
   EXPECT_EQ(completion::staging_plus_one(w.context), 1u);
   SignalRecord want = record(5, -3, 7);
@@ -90,10 +90,10 @@ TEST(SignalLink, SendWritesTheRecordIntoOurSlotOfThePeersArea) {
   EXPECT_TRUE(same(*reinterpret_cast<const SignalRecord*>(t.source(w)), want));
 
   // Sequence numbers count per destination; staging slots advance for every send.
-  EXPECT_EQ(t.writes[1].imm, imm::make_signal(1));
+  EXPECT_EQ(t.writes[1].imm, imm::encode_signal(1));
   EXPECT_EQ(t.writes[1].remote_offset, (1u * 8 + 1) * sizeof(SignalRecord));
   EXPECT_EQ(t.writes[1].local_offset, 1 * sizeof(SignalRecord));
-  EXPECT_EQ(t.writes[2].imm, imm::make_signal(0));
+  EXPECT_EQ(t.writes[2].imm, imm::encode_signal(0));
   EXPECT_EQ(completion::staging_plus_one(t.writes[2].context), 3u);
   EXPECT_EQ(l.next_seq(2), 2u);
   EXPECT_EQ(l.next_seq(0), 1u);
@@ -111,15 +111,15 @@ TEST(SignalLink, CreditsBoundTheRecordsInFlightPerPeer) {
   EXPECT_EQ(l.next_seq(1), 4u);
   EXPECT_EQ(l.send(2, record(0, 1, 0), 0), 0);  // other peers are not held up
 
-  ASSERT_EQ(l.on_credit(1, imm::make_credit(3)), 0);
+  ASSERT_EQ(l.on_credit(1, imm::encode_credit(3)), 0);
   EXPECT_EQ(l.credit(1), 3u);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(l.send(1, record(0, 1, 0), 0), 0);
   EXPECT_EQ(l.send(1, record(0, 1, 0), 0), -EAGAIN);
-  EXPECT_EQ(t.writes.back().imm, imm::make_signal(6));
+  EXPECT_EQ(t.writes.back().imm, imm::encode_signal(6));
   EXPECT_EQ(t.writes.back().remote_offset, (0u * 4 + 6 % 4) * sizeof(SignalRecord));
 
   // More credits than slots: the peer broke the protocol.
-  EXPECT_EQ(l.on_credit(2, imm::make_credit(2)), -EPROTO);
+  EXPECT_EQ(l.on_credit(2, imm::encode_credit(2)), -EPROTO);
   EXPECT_EQ(l.last_error(), "rank 2 returned more signal credits than exist");
 }
 
@@ -150,7 +150,7 @@ TEST(SignalLink, AFailedPostCommitsNothing) {
   EXPECT_EQ(l.next_seq(1), 0u);
   EXPECT_EQ(l.credit(1), 4u);
   ASSERT_EQ(l.send(1, record(0, 1, 0), 0), 0);  // the one staging slot was not taken
-  EXPECT_EQ(t.writes[0].imm, imm::make_signal(0));
+  EXPECT_EQ(t.writes[0].imm, imm::encode_signal(0));
 }
 
 TEST(SignalLink, ReceiverReadsRecordsAndReturnsCreditsInContiguousRuns) {
@@ -181,7 +181,7 @@ TEST(SignalLink, ReceiverReadsRecordsAndReturnsCreditsInContiguousRuns) {
   EXPECT_FALSE(p.b.credits_pending());
   ASSERT_EQ(p.tb.imms.size(), 1u);
   EXPECT_EQ(p.tb.imms[0].dst, 0u);
-  EXPECT_EQ(p.tb.imms[0].imm, imm::make_credit(2));
+  EXPECT_EQ(p.tb.imms[0].imm, imm::encode_credit(2));
   EXPECT_EQ(completion::ring(p.tb.imms[0].context), completion::kNoRing);
   EXPECT_EQ(completion::staging_plus_one(p.tb.imms[0].context), 0u);
   EXPECT_EQ(p.b.owed(0), 1u);
@@ -196,7 +196,7 @@ TEST(SignalLink, ALappedSlotIsDetected) {
   p.deliver(0);
   SignalRecord got;
   // An immediate naming seq 4 finds the record of seq 0 in slot 0.
-  EXPECT_EQ(p.b.receive(0, imm::make_signal(4), &got), -EPROTO);
+  EXPECT_EQ(p.b.receive(0, imm::encode_signal(4), &got), -EPROTO);
   EXPECT_EQ(p.b.last_error(), "signal record 4 from rank 0 holds sequence 0 (slot overwritten or lost)");
 }
 
@@ -215,7 +215,7 @@ TEST(SignalLink, CreditsThatMeetBackpressureStayPending) {
   ASSERT_EQ(p.b.send_credits(), 0);
   EXPECT_FALSE(p.b.credits_pending());
   ASSERT_EQ(p.tb.imms.size(), 1u);
-  EXPECT_EQ(p.tb.imms[0].imm, imm::make_credit(2));
+  EXPECT_EQ(p.tb.imms[0].imm, imm::encode_credit(2));
 
   ASSERT_EQ(p.a.send(1, record(0, 1, 0), 0), 0);
   SignalRecord got;

@@ -12,7 +12,7 @@ TEST(SymmetricMemory, TranslatesAndBoundsChecks) {
   std::vector<uint8_t> a(1000), b(4096);
   SymmetricMemory m({{"a", a.data(), a.size()}, {"b", b.data(), b.size()}});
   EXPECT_EQ(m.start(1), 1008u) << "regions start on 16-byte boundaries";
-  Where w;
+  RegionOffset w;
   ASSERT_TRUE(m.translate(0, 1000, &w));
   EXPECT_EQ(w.region, 0u);
   EXPECT_FALSE(m.translate(992, 16, &w)) << "crosses the end of region a";
