@@ -167,4 +167,21 @@ void validate_topk_values(const int64_t* v, int64_t n, int64_t E) {
                                    "], outside [-1, num_experts=" + to_string(E) + ")");
 }
 
+void validate_mask_call(const LLBufferInfo& buf) {
+  expect(buf.shrink, "rank masking needs a Buffer built with enable_shrink=True");
+}
+
+void validate_mask_rank(int64_t rank, const LLBufferInfo& buf) {
+  validate_mask_call(buf);
+  expect(rank >= 0 && rank < buf.num_ranks,
+         "rank_to_mask=" + to_string(rank) + " is outside [0, num_ranks=" + to_string(buf.num_ranks) + ")");
+}
+
+void validate_mask_status(const TensorRef& t, const LLBufferInfo& buf) {
+  validate_mask_call(buf);
+  expect_tensor(t, "mask_status", DType::kInt32, 1, buf.device);
+  expect(t.shape[0] == buf.num_ranks,
+         "mask_status must have num_ranks=" + to_string(buf.num_ranks) + " entries, got shape " + shape_str(t));
+}
+
 }  // namespace anyep::runtime
