@@ -462,11 +462,14 @@ class Buffer:
 
         Raises:
             ValueError: a bad input (dtype, shape, hidden, too many tokens, a buffer too small for
-                the shape; `topk_idx` values too with ANYEP_LL_CHECK_INPUTS=1), before any kernel runs.
+                the shape; `topk_idx` values too with ANYEP_LL_CHECK_INPUTS=1), before any kernel runs;
+                or `async_finish` with `return_recv_hook`.
         """
         ll = self._ll if self._ll is not None else self._low_latency()
         stream = 0  # the current stream
         if async_finish:
+            if return_recv_hook:  # the hook's receive half runs on the current stream, not the comm stream
+                raise ValueError("anyep: async_finish and return_recv_hook cannot be combined (as in deep_ep)")
             # As deep_ep: outputs are allocated on the current stream, the kernels run on the comm
             # stream, and the EventOverlap keeps every tensor alive (no record_stream: capturable).
             self._comm_stream.wait_stream(torch.cuda.current_stream())
@@ -515,7 +518,8 @@ class Buffer:
             hook: the receive hook (`return_recv_hook`), else None.
 
         Raises:
-            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`.
+            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`, or
+                `async_finish` with `return_recv_hook`.
             NotImplementedError: `use_logfmt=True`.
         """
         ll = self._ll if self._ll is not None else self._low_latency()
@@ -530,6 +534,8 @@ class Buffer:
         # expert outputs straight from x either way, so both settings take the same path.
         stream = 0  # the current stream
         if async_finish:  # as in low_latency_dispatch
+            if return_recv_hook:
+                raise ValueError("anyep: async_finish and return_recv_hook cannot be combined (as in deep_ep)")
             self._comm_stream.wait_stream(torch.cuda.current_stream())
             stream = self._comm_stream_ptr
         combined, hook = ll.combine(x, topk_idx, topk_weights, src_info, layout_range, num_max_dispatch_tokens_per_rank,

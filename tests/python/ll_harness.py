@@ -504,6 +504,8 @@ def c_bad_input(c):
                  lambda: b.low_latency_dispatch(x_big, idx_big, T, E))
     expect_error(ValueError, "buffer too small", lambda: b.low_latency_dispatch(x, idx, 100_000, E))
     expect_error(ValueError, "use_ue8m0 needs", lambda: b.low_latency_dispatch(x, idx, T, E, use_ue8m0=True))
+    expect_error(ValueError, "cannot be combined",
+                 lambda: b.low_latency_dispatch(x, idx, T, E, async_finish=True, return_recv_hook=True))
     if c.world > 1:  # with one rank every expert count is a multiple of the rank count
         expect_error(ValueError, "not a multiple", lambda: b.low_latency_dispatch(x, idx, T, E + 1))
     # Combine: a real handle, wrong tensors.
