@@ -1,7 +1,9 @@
 """anyep.Buffer: deep_ep.Buffer's classic API over the anyep C++ runtime.
 
-Python only marshals: it gathers the connection records through the torch.distributed group,
-picks the stream and wraps events. Shape/dtype checks, layouts and kernels live in C++.
+Python only marshals: it gathers the connection records through the torch.distributed group (or
+an mpi4py communicator), picks the stream and wraps events. Shape/dtype checks, layouts and
+kernels live in C++. The per-call path does no host synchronization and no work that could be
+done once at construction (docs/ll.md, "Per-call host cost").
 """
 from typing import Callable, Optional, Tuple, Union
 
@@ -9,7 +11,11 @@ import torch
 import torch.distributed as dist
 
 from .config import Config
-from .event import EventOverlap
+from .event import EventHandle, EventOverlap
+from .utils import check_nvlink_connections
+
+# The issue that brings the high-throughput (normal) mode.
+_HT_ISSUE = 'the "High-throughput mode, part 1" issue'
 
 try:
     from . import _C
@@ -34,29 +40,39 @@ class Buffer:
     CPU proxy for the others (ANYEP_LL_PATH picks the path, docs/ll.md). The high-throughput
     methods raise NotImplementedError.
 
+    Rank masking (`enable_shrink=True`, DeepEP's elastic mode): `low_latency_update_mask_buffer`
+    masks a rank; dispatch and combine skip masked ranks, and a peer that does not answer within
+    ANYEP_TIMEOUT_S is masked instead of failing the call.
+
     Attributes:
         num_sms: SMs of the high-throughput kernels (kept for compatibility; see `set_num_sms`).
-        group: the torch.distributed group the buffer spans.
+        group: the torch.distributed group the buffer spans (the mpi4py communicator when built
+            with `group=None, comm=...`).
         rank: this process's rank in `group`.
         group_size: the number of ranks in `group`.
         num_nvl_bytes: the NVLink buffer size asked for (unused: there is no high-throughput mode yet).
         num_rdma_bytes: the size of the low-latency buffer in bytes.
         low_latency_mode: whether the low-latency buffer was created.
         explicitly_destroy: whether resources are released by `destroy()` rather than by the destructor.
+        enable_shrink: whether the rank mask exists (rank masking and elastic timeouts).
+        runtime: the C++ runtime object (anyep._C.LLBuffer, not deep_ep_cpp.Buffer), None unless
+            `low_latency_mode`.
         device: the CUDA device the buffer lives on (the current device at construction).
     """
 
     num_sms: int = 20
 
-    def __init__(self, group: dist.ProcessGroup, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
+    def __init__(self, group: Optional[dist.ProcessGroup], num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
                  low_latency_mode: bool = False, num_qps_per_rank: int = 24,
                  allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
-                 explicitly_destroy: bool = False, comm=None) -> None:
+                 use_fabric: bool = False, explicitly_destroy: bool = False, enable_shrink: bool = False,
+                 comm=None) -> None:
         """
         Create the buffer and connect it to every rank of `group` (a collective call).
 
         Arguments:
             group: the torch.distributed process group; every rank of it must construct its Buffer.
+                None: use `comm`.
             num_nvl_bytes: the NVLink buffer size of the high-throughput mode; recorded, not allocated.
             num_rdma_bytes: the low-latency buffer size in bytes, at least
                 `get_low_latency_rdma_size_hint(...)` for the largest shape used; the same on every rank.
@@ -64,26 +80,45 @@ class Buffer:
             num_qps_per_rank: accepted for compatibility; anyep's transports have no queue pairs to size.
             allow_nvlink_for_low_latency_mode: False sends every peer through the CPU proxy (the
                 `proxy-libfabric` path unless ANYEP_LL_PATH names another proxy path).
-            allow_mnnvl: accepted for compatibility; ignored.
+            allow_mnnvl: accepted for compatibility; ignored (peers on other hosts go through the proxy).
+            use_fabric: accepted for compatibility; ignored (the buffer is a cudaMalloc allocation
+                shared through CUDA IPC, or pinned host memory on a host-staged proxy path).
             explicitly_destroy: if True, resources are released only by `destroy()`; otherwise by the
                 destructor.
-            comm: accepted for compatibility; ignored (the set-up goes through `group`).
+            enable_shrink: allocate the rank mask (the `low_latency_*_mask_buffer` methods): masked
+                ranks are skipped, and a peer that times out in a low-latency wait is masked instead
+                of failing the call. Without it, such a timeout is an error naming the peer.
+            comm: an mpi4py communicator (`Get_rank`, `Get_size`, `allgather`, `Barrier`), used when
+                `group` is None.
 
         Raises:
-            ValueError: `low_latency_mode` with `num_rdma_bytes <= 0`.
+            ValueError: neither `group` nor `comm`, or `low_latency_mode` with `num_rdma_bytes <= 0`.
             ImportError: the compiled extension anyep._C is missing.
         """
-        self.group = group
-        self.rank = group.rank()
-        self.group_size = group.size()
+        check_nvlink_connections(group)
+        if group is not None:
+            self.rank, self.group_size = group.rank(), group.size()
+        elif comm is not None:
+            for method in ("Get_rank", "Get_size", "allgather", "Barrier"):
+                if not callable(getattr(comm, method, None)):
+                    raise ValueError(f"anyep: comm has no {method}(); pass an mpi4py communicator or a "
+                                     "torch.distributed group")
+            self.rank, self.group_size = comm.Get_rank(), comm.Get_size()
+        else:
+            raise ValueError("anyep: Buffer needs a torch.distributed group or an mpi4py comm")
+        self.group = group if group is not None else comm
+        self._comm = comm if group is None else None
         self.num_nvl_bytes = num_nvl_bytes
         self.num_rdma_bytes = num_rdma_bytes
         self.low_latency_mode = low_latency_mode
         self.explicitly_destroy = explicitly_destroy
+        self.enable_shrink = enable_shrink
         self.device = torch.cuda.current_device()
         self._comm_stream = torch.cuda.Stream()
+        self._comm_stream_ptr = self._comm_stream.cuda_stream  # the launch stream of async_finish calls
         self._combine_buffers = {}
         self._ll = None
+        self.runtime = None
         self._destroyed = False
         if low_latency_mode:
             if num_rdma_bytes <= 0:
@@ -91,11 +126,25 @@ class Buffer:
                                  "(see Buffer.get_low_latency_rdma_size_hint)")
             # Path: ANYEP_LL_PATH (docs/environment.md); no NVLink means every peer through the proxy.
             self._ll = _ext().LLBuffer(self.rank, self.group_size, int(num_rdma_bytes),
-                                       allow_nvlink=bool(allow_nvlink_for_low_latency_mode))
-            infos = [None] * self.group_size
-            dist.all_gather_object(infos, self._ll.local_info(), group=group)
-            self._ll.connect(list(infos), self._allgather_bytes)
-            dist.barrier(group=group)
+                                       allow_nvlink=bool(allow_nvlink_for_low_latency_mode),
+                                       enable_shrink=bool(enable_shrink))
+            self.runtime = self._ll
+            self._ll.connect(self._allgather(self._ll.local_info()), self._allgather_bytes)
+            self._barrier()
+
+    def _allgather(self, obj) -> list:
+        """Every rank's `obj`, indexed by rank, over the group (or the mpi4py comm)."""
+        if self._comm is not None:
+            return list(self._comm.allgather(obj))
+        out = [None] * self.group_size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def _barrier(self) -> None:
+        if self._comm is not None:
+            self._comm.Barrier()
+        else:
+            dist.barrier(group=self.group)
 
     def _allgather_bytes(self, mine: bytes) -> list:
         """
@@ -107,9 +156,7 @@ class Buffer:
         Returns:
             gathered: every rank's bytes, indexed by rank.
         """
-        out = [None] * self.group_size
-        dist.all_gather_object(out, bytes(mine), group=self.group)
-        return out
+        return self._allgather(bytes(mine))
 
     def describe_paths(self) -> str:
         """
@@ -139,14 +186,25 @@ class Buffer:
         Buffer.num_sms = new_num_sms
 
     @staticmethod
+    def is_sm90_compiled() -> bool:
+        """
+        Say whether the SM90-only features are available (deep_ep gates its FP8 paths on this).
+        anyep's FP8 casts compile for every architecture it is built for, so they always are.
+
+        Returns:
+            compiled: True.
+        """
+        return True
+
+    @staticmethod
     def capture() -> EventOverlap:
         """
         Record an event on the current stream (`torch.cuda.current_stream()`).
 
         Returns:
-            event: an EventOverlap holding the recorded event.
+            event: an EventOverlap holding the recorded EventHandle.
         """
-        return EventOverlap(torch.cuda.current_stream().record_event())
+        return EventOverlap(EventHandle())
 
     @staticmethod
     def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int,
@@ -215,7 +273,8 @@ class Buffer:
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError("anyep: get_local_buffer_tensor is not supported (the LL buffer layout is private)")
+        raise NotImplementedError("anyep: get_local_buffer_tensor is not supported: the LL buffer layout is private, "
+                                  f"and the NVLink buffer belongs to the high-throughput mode ({_HT_ISSUE})")
 
     def destroy(self) -> None:
         """
@@ -236,6 +295,7 @@ class Buffer:
         if self._ll is not None:
             self._ll.destroy()
             self._ll = None
+            self.runtime = None
 
     def __del__(self):
         """
@@ -281,7 +341,7 @@ class Buffer:
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError("anyep: high-throughput mode (get_dispatch_layout) is not implemented yet")
+        raise NotImplementedError(f"anyep: high-throughput mode (get_dispatch_layout) is not implemented yet ({_HT_ISSUE})")
 
     def dispatch(self, *args, **kwargs):
         """
@@ -294,7 +354,7 @@ class Buffer:
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError("anyep: high-throughput mode (dispatch) is not implemented yet")
+        raise NotImplementedError(f"anyep: high-throughput mode (dispatch) is not implemented yet ({_HT_ISSUE})")
 
     def combine(self, *args, **kwargs):
         """
@@ -307,37 +367,41 @@ class Buffer:
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError("anyep: high-throughput mode (combine) is not implemented yet")
+        raise NotImplementedError(f"anyep: high-throughput mode (combine) is not implemented yet ({_HT_ISSUE})")
 
-    # ---- low-latency mode -----------------------------------------------------------------------
-    def _run(self, async_finish: bool, fn: Callable, tensors: Tuple):
+    def internode_dispatch(self, *args, **kwargs):
         """
-        Run `fn` on the current stream, or on the comm stream when async_finish.
+        High-throughput internode dispatch (deep_ep calls it from `dispatch`): not implemented yet.
 
         Arguments:
-            async_finish: whether to run on the communication stream.
-            fn: the launch to run.
-            tensors: inputs that must live until the communication stream is done with them.
+            args: deep_ep.Buffer.internode_dispatch's positional arguments.
+            kwargs: deep_ep.Buffer.internode_dispatch's keyword arguments.
 
-        Returns:
-            result: what `fn` returned.
-            event: an EventOverlap, empty unless `async_finish`.
+        Raises:
+            NotImplementedError: always.
         """
-        if not async_finish:
-            return fn(), EventOverlap(None)
-        compute = torch.cuda.current_stream()
-        self._comm_stream.wait_stream(compute)
-        with torch.cuda.stream(self._comm_stream):
-            result = fn()
-        event = self._comm_stream.record_event()
-        for t in tensors + tuple(x for x in _flatten(result) if isinstance(x, torch.Tensor)):
-            t.record_stream(self._comm_stream)
-        return result, EventOverlap(event, tensors)
+        raise NotImplementedError(f"anyep: high-throughput mode (internode_dispatch) is not implemented yet ({_HT_ISSUE})")
 
+    def internode_combine(self, *args, **kwargs):
+        """
+        High-throughput internode combine (deep_ep calls it from `combine`): not implemented yet.
+
+        Arguments:
+            args: deep_ep.Buffer.internode_combine's positional arguments.
+            kwargs: deep_ep.Buffer.internode_combine's keyword arguments.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError(f"anyep: high-throughput mode (internode_combine) is not implemented yet ({_HT_ISSUE})")
+
+    # ---- low-latency mode -----------------------------------------------------------------------
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
         """
-        Reset the low-latency buffer's signals, counters and error record (a collective call: it
-        ends with a barrier over the group). Use it after an error, before the next call.
+        Reset the low-latency buffer's signals, counters and error record (a collective call:
+        every rank finishes its GPU work, then barrier, clean, barrier over the group). Use it after
+        an error, and after unmasking a rank, before the next call. The rank mask is kept. A rank
+        that stopped calling (a dead rank) blocks the barriers: anyep's clean is not elastic yet.
 
         Arguments:
             num_max_dispatch_tokens_per_rank: the largest token count per rank the buffer is used with.
@@ -349,8 +413,11 @@ class Buffer:
         """
         ll = self._low_latency()
         self.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, self.group_size, num_experts)
+        # No rank may clean while a peer's kernel can still write into its buffer.
+        torch.cuda.synchronize(self.device)
+        self._barrier()
         ll.clean()
-        dist.barrier(group=self.group)
+        self._barrier()
 
     def low_latency_dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, num_max_dispatch_tokens_per_rank: int,
                              num_experts: int, cumulative_local_expert_recv_stats: Optional[torch.Tensor] = None,
@@ -394,19 +461,30 @@ class Buffer:
             hook: the receive hook (`return_recv_hook`), else None.
 
         Raises:
-            ValueError: a bad input (dtype, shape, hidden, topk_idx values, too many tokens, a buffer
-                too small for the shape), before any kernel runs.
+            ValueError: a bad input (dtype, shape, hidden, too many tokens, a buffer too small for
+                the shape; `topk_idx` values too with ANYEP_LL_CHECK_INPUTS=1), before any kernel runs;
+                or `async_finish` with `return_recv_hook`.
         """
-        ll = self._low_latency()
-        (recv_x, recv_scales, recv_count, src_info, layout_range, hook), event = self._run(
-            async_finish,
-            lambda: ll.dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
-                                cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats, use_fp8,
-                                round_scale, use_ue8m0, return_recv_hook),
-            (x, topk_idx))
+        ll = self._ll if self._ll is not None else self._low_latency()
+        stream = 0  # the current stream
+        if async_finish:
+            if return_recv_hook:  # the hook's receive half runs on the current stream, not the comm stream
+                raise ValueError("anyep: async_finish and return_recv_hook cannot be combined (as in deep_ep)")
+            # As deep_ep: outputs are allocated on the current stream, the kernels run on the comm
+            # stream, and the EventOverlap keeps every tensor alive (no record_stream: capturable).
+            self._comm_stream.wait_stream(torch.cuda.current_stream())
+            stream = self._comm_stream_ptr
+        recv_x, recv_scales, recv_count, src_info, layout_range, hook = ll.dispatch(
+            x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, cumulative_local_expert_recv_stats,
+            dispatch_wait_recv_cost_stats, use_fp8, round_scale, use_ue8m0, return_recv_hook, stream)
         handle = (src_info, layout_range, num_max_dispatch_tokens_per_rank, x.size(1), num_experts)
-        packed = (recv_x, recv_scales) if use_fp8 else recv_x
-        return packed, recv_count, handle, event, hook
+        if async_finish:
+            event = EventOverlap(EventHandle(self._comm_stream),
+                                 (x, topk_idx, recv_x, recv_scales, recv_count, src_info, layout_range,
+                                  cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats))
+        else:
+            event = EventOverlap()
+        return (recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, event, hook
 
     def low_latency_combine(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
                             handle: tuple, use_logfmt: bool = False, zero_copy: bool = False,
@@ -440,10 +518,11 @@ class Buffer:
             hook: the receive hook (`return_recv_hook`), else None.
 
         Raises:
-            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`.
+            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`, or
+                `async_finish` with `return_recv_hook`.
             NotImplementedError: `use_logfmt=True`.
         """
-        ll = self._low_latency()
+        ll = self._ll if self._ll is not None else self._low_latency()
         if use_logfmt:
             raise NotImplementedError("anyep: use_logfmt combine is not supported; use BF16 (use_logfmt=False)")
         if not isinstance(handle, tuple) or len(handle) != 5:
@@ -453,12 +532,61 @@ class Buffer:
             raise ValueError(f"anyep: x has hidden {x.size(2)}, the handle was made for hidden {hidden}")
         # zero_copy: x may be the tensor from get_next_low_latency_combine_buffer; the kernels read
         # expert outputs straight from x either way, so both settings take the same path.
-        (combined, hook), event = self._run(
-            async_finish,
-            lambda: ll.combine(x, topk_idx, topk_weights, src_info, layout_range, num_max_dispatch_tokens_per_rank,
-                               num_experts, out, combine_wait_recv_cost_stats, return_recv_hook),
-            (x, topk_idx, topk_weights, src_info, layout_range))
+        stream = 0  # the current stream
+        if async_finish:  # as in low_latency_dispatch
+            if return_recv_hook:
+                raise ValueError("anyep: async_finish and return_recv_hook cannot be combined (as in deep_ep)")
+            self._comm_stream.wait_stream(torch.cuda.current_stream())
+            stream = self._comm_stream_ptr
+        combined, hook = ll.combine(x, topk_idx, topk_weights, src_info, layout_range, num_max_dispatch_tokens_per_rank,
+                                    num_experts, out, combine_wait_recv_cost_stats, return_recv_hook, stream)
+        if async_finish:
+            event = EventOverlap(EventHandle(self._comm_stream),
+                                 (x, topk_idx, topk_weights, src_info, layout_range, combined,
+                                  combine_wait_recv_cost_stats))
+        else:
+            event = EventOverlap()
         return combined, event, hook
+
+    def low_latency_update_mask_buffer(self, rank_to_mask: int, mask: bool = False) -> None:
+        """
+        Mask or unmask a rank for the low-latency calls (needs `enable_shrink=True`). A masked rank
+        gets no tokens from dispatch and no results from combine, and is not waited for: its tokens
+        count as none and its experts contribute nothing. Stream-ordered on the current stream.
+        After unmasking a rank, call `clean_low_latency_buffer` on every rank before the next call.
+
+        Arguments:
+            rank_to_mask: the rank, in [0, group_size).
+            mask: True masks the rank, False unmasks it.
+
+        Raises:
+            ValueError: the buffer was built without `enable_shrink=True`, or the rank is out of range.
+        """
+        self._low_latency().update_mask(rank_to_mask, mask)
+
+    def low_latency_query_mask_buffer(self, mask_status: torch.Tensor) -> None:
+        """
+        Copy the mask of every rank into `mask_status` (needs `enable_shrink=True`): 1 for a rank
+        masked (by `low_latency_update_mask_buffer`, or because it timed out in a low-latency wait),
+        0 otherwise. Stream-ordered on the current stream.
+
+        Arguments:
+            mask_status: `[group_size]` `torch.int32` tensor on the buffer's device.
+
+        Raises:
+            ValueError: the buffer was built without `enable_shrink=True`, or `mask_status` has the
+                wrong dtype, shape or device.
+        """
+        self._low_latency().query_mask(mask_status)
+
+    def low_latency_clean_mask_buffer(self) -> None:
+        """
+        Unmask every rank (needs `enable_shrink=True`). Stream-ordered on the current stream.
+
+        Raises:
+            ValueError: the buffer was built without `enable_shrink=True`.
+        """
+        self._low_latency().clean_mask()
 
     def get_next_low_latency_combine_buffer(self, handle: tuple) -> torch.Tensor:
         """
@@ -482,10 +610,3 @@ class Buffer:
                 dtype=torch.bfloat16, device=f"cuda:{self.device}")
         return self._combine_buffers[key]
 
-
-def _flatten(obj):
-    if isinstance(obj, (tuple, list)):
-        for o in obj:
-            yield from _flatten(o)
-    else:
-        yield obj

@@ -1,25 +1,58 @@
-"""EventOverlap: a CUDA event plus the tensors that must live until it completes (as deep_ep)."""
+"""EventHandle and EventOverlap: a CUDA event, and the event plus the tensors that must live until it
+completes (deep_ep's EventHandle and EventOverlap)."""
 from typing import Any, Optional, Tuple
 
 import torch
 
 
-class EventOverlap:
+class EventHandle:
     """
-    A CUDA event plus the tensors that must stay alive until it completes (as deep_ep's). Usable as
-    a context manager: leaving the `with` block makes the current stream wait for the event.
+    A CUDA event recorded on a stream when it is made (deep_ep_cpp.EventHandle).
 
     Attributes:
-        event: the CUDA event, or None for calls that did not run asynchronously.
+        event: the recorded `torch.cuda.Event`.
+    """
+
+    __slots__ = ("event",)
+
+    def __init__(self, stream: Optional[torch.cuda.Stream] = None) -> None:
+        """
+        Record a new event.
+
+        Arguments:
+            stream: the stream to record on; None records on the current stream
+                (`torch.cuda.current_stream()`), as deep_ep's `EventHandle()` does.
+        """
+        self.event = torch.cuda.Event()
+        self.event.record(stream)
+
+    def current_stream_wait(self) -> None:
+        """
+        Make the current stream (`torch.cuda.current_stream()`) wait for the event.
+        """
+        torch.cuda.current_stream().wait_event(self.event)
+
+
+class EventOverlap:
+    """
+    An EventHandle plus the tensors that must stay alive until it completes (as deep_ep's). The
+    asynchronous low-latency calls keep their inputs and outputs here instead of calling
+    `record_stream`, which CUDA graph capture does not allow. Usable as a context manager: leaving
+    the `with` block makes the current stream wait for the event.
+
+    Attributes:
+        event: the EventHandle, or None for calls that did not run asynchronously.
         extra_tensors: tensors kept alive with the event.
     """
 
-    def __init__(self, event: Optional[torch.cuda.Event] = None, extra_tensors: Optional[Tuple[Any, ...]] = None):
+    __slots__ = ("event", "extra_tensors")
+
+    def __init__(self, event: Optional[EventHandle] = None, extra_tensors: Optional[Tuple[Any, ...]] = None):
         """
         Wrap an event.
 
         Arguments:
-            event: the CUDA event, or None.
+            event: the EventHandle, or None.
             extra_tensors: tensors to keep alive until the event completes.
         """
         self.event = event
@@ -31,7 +64,7 @@ class EventOverlap:
         be set (the call ran with `async_finish=True`).
         """
         assert self.event is not None, "EventOverlap has no event"
-        torch.cuda.current_stream().wait_event(self.event)
+        self.event.current_stream_wait()
 
     def __enter__(self):
         """
@@ -52,4 +85,4 @@ class EventOverlap:
             exc_tb: its traceback, or None.
         """
         if self.event is not None:
-            self.current_stream_wait()
+            self.event.current_stream_wait()

@@ -89,10 +89,10 @@ at::Tensor allocate(const rt::OutputSpec& s, const at::TensorOptions& like) {
 class LLBuffer {
  public:
   // allow_nvlink=False (deep_ep's allow_nvlink_for_low_latency_mode): every peer through the proxy,
-  // over libfabric unless ANYEP_LL_PATH names a proxy path.
-  LLBuffer(int rank, int num_ranks, int64_t num_bytes, bool allow_nvlink)
+  // over libfabric unless ANYEP_LL_PATH names a proxy path. enable_shrink: the rank mask.
+  LLBuffer(int rank, int num_ranks, int64_t num_bytes, bool allow_nvlink, bool enable_shrink)
       : rt_(std::make_shared<LowLatencyBuffer>(rank, num_ranks, num_bytes, c10::cuda::current_device(),
-                                               path_name(allow_nvlink))) {}
+                                               path_name(allow_nvlink), enable_shrink)) {}
   static std::string path_name(bool allow_nvlink) {
     const rt::LLPath p = rt::parse_ll_path("");
     if (!allow_nvlink && p == rt::LLPath::kAuto) return rt::ll_path_name(rt::LLPath::kProxyLibfabric);
@@ -131,11 +131,26 @@ class LLBuffer {
   void check_error() { rt_->check_error(); }
   void destroy() { rt_->destroy(); }
   int64_t num_bytes() const { return rt_->num_bytes(); }
+  bool shrink() const { return rt_->shrink(); }
+
+  // Rank masking, stream-ordered on the current stream (as DeepEP's).
+  void update_mask(int64_t rank, bool mask) {
+    c10::cuda::CUDAGuard guard(rt_->device());
+    rt::update_mask(*rt_, rank, mask, at::cuda::getCurrentCUDAStream());
+  }
+  void query_mask(const at::Tensor& mask_status) {
+    c10::cuda::CUDAGuard guard(rt_->device());
+    rt::query_mask(*rt_, ref(mask_status, "mask_status"), at::cuda::getCurrentCUDAStream());
+  }
+  void clean_mask() {
+    c10::cuda::CUDAGuard guard(rt_->device());
+    rt::clean_mask(*rt_, at::cuda::getCurrentCUDAStream());
+  }
 
   // Returns (recv_x, recv_scales or None, recv_count, src_info, layout_range, hook or None).
   py::tuple dispatch(const at::Tensor& x, const at::Tensor& topk_idx, int64_t T, int64_t E,
                      std::optional<at::Tensor> cum_stats, std::optional<at::Tensor> wait_stats, bool use_fp8,
-                     bool round_scale, bool use_ue8m0, bool staged) {
+                     bool round_scale, bool use_ue8m0, bool staged, uintptr_t launch_stream) {
     ll_trace("dispatch", "enter; descriptors");
     rt::LLDispatchIn in;
     in.x = ref(x, "x");
@@ -167,8 +182,8 @@ class LLBuffer {
 
     ll_trace("dispatch", staged ? "launch, send phase (runtime: checks, topk values, kernel arguments)"
                              : "launch, both phases (runtime: checks, topk values, kernel arguments)");
-    const rt::LLCall call = rt::dispatch(*rt_, in, out, staged ? ll::kPhaseSend : ll::kPhaseBoth,
-                                         at::cuda::getCurrentCUDAStream());
+    const rt::LLCall call =
+        rt::dispatch(*rt_, in, out, staged ? ll::kPhaseSend : ll::kPhaseBoth, stream_or_current(launch_stream));
     py::object hook = recv_hook(call, staged,
                                 {x, topk_idx, recv_x, scales, recv_count, src_info, layout_range,
                                  cum_stats.value_or(at::Tensor()), wait_stats.value_or(at::Tensor())});
@@ -181,7 +196,8 @@ class LLBuffer {
   // Returns (combined_x, hook or None).
   py::tuple combine(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                     const at::Tensor& src_info, const at::Tensor& layout_range, int64_t T, int64_t E,
-                    std::optional<at::Tensor> out, std::optional<at::Tensor> wait_stats, bool staged) {
+                    std::optional<at::Tensor> out, std::optional<at::Tensor> wait_stats, bool staged,
+                    uintptr_t launch_stream) {
     ll_trace("combine", "enter; descriptors");
     rt::LLCombineIn in;
     in.x = ref(x, "x");
@@ -202,7 +218,7 @@ class LLBuffer {
     ll_trace("combine", staged ? "launch, send phase (runtime: checks, topk values, kernel arguments)"
                             : "launch, both phases (runtime: checks, topk values, kernel arguments)");
     const rt::LLCall call = rt::combine(*rt_, in, ref(result, "out"), staged ? ll::kPhaseSend : ll::kPhaseBoth,
-                                        at::cuda::getCurrentCUDAStream());
+                                        stream_or_current(launch_stream));
     py::object hook = recv_hook(call, staged,
                                 {x, topk_idx, topk_weights, src_info, layout_range, result,
                                  wait_stats.value_or(at::Tensor())});
@@ -211,6 +227,16 @@ class LLBuffer {
   }
 
  private:
+  // The stream a call launches on: `launch_stream` (a cudaStream_t as an integer, e.g.
+  // torch.cuda.Stream.cuda_stream: the Buffer's communication stream for async_finish) or, when
+  // 0, the current stream. Outputs are allocated on the current stream either way (as DeepEP's):
+  // the async caller keeps the tensors alive in its EventOverlap instead of record_stream, which
+  // CUDA graph capture does not allow.
+  static cudaStream_t stream_or_current(uintptr_t launch_stream) {
+    if (launch_stream != 0) return reinterpret_cast<cudaStream_t>(launch_stream);
+    return at::cuda::getCurrentCUDAStream().stream();
+  }
+
   // None after a launch of both phases; after a staged send, the hook that launches the receive
   // phase on the then-current stream. `keep` holds the tensors the kernels use until then.
   py::object recv_hook(const rt::LLCall& call, bool staged, std::vector<at::Tensor> keep) const {
@@ -246,8 +272,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("size_hint", &LowLatencyBuffer::size_hint, py::arg("num_max_dispatch_tokens_per_rank"), py::arg("hidden"),
         py::arg("num_ranks"), py::arg("num_experts"));
   py::class_<LLBuffer>(m, "LLBuffer")
-      .def(py::init<int, int, int64_t, bool>(), py::arg("rank"), py::arg("num_ranks"), py::arg("num_bytes"),
-           py::arg("allow_nvlink") = true)
+      .def(py::init<int, int, int64_t, bool, bool>(), py::arg("rank"), py::arg("num_ranks"), py::arg("num_bytes"),
+           py::arg("allow_nvlink") = true, py::arg("enable_shrink") = false)
       .def("local_info", &LLBuffer::local_info)
       .def("connect", &LLBuffer::connect, py::arg("infos"), py::arg("allgather") = py::none())
       .def("describe_paths", &LLBuffer::describe_paths)
@@ -257,6 +283,16 @@ PYBIND11_MODULE(_C, m) {
       .def("check_error", &LLBuffer::check_error)
       .def("destroy", &LLBuffer::destroy)
       .def("num_bytes", &LLBuffer::num_bytes)
-      .def("dispatch", &LLBuffer::dispatch)
-      .def("combine", &LLBuffer::combine);
+      .def("shrink", &LLBuffer::shrink)
+      .def("update_mask", &LLBuffer::update_mask, py::arg("rank"), py::arg("mask"))
+      .def("query_mask", &LLBuffer::query_mask, py::arg("mask_status"))
+      .def("clean_mask", &LLBuffer::clean_mask)
+      .def("dispatch", &LLBuffer::dispatch, py::arg("x"), py::arg("topk_idx"), py::arg("num_max_dispatch_tokens_per_rank"),
+           py::arg("num_experts"), py::arg("cumulative_local_expert_recv_stats"),
+           py::arg("dispatch_wait_recv_cost_stats"), py::arg("use_fp8"), py::arg("round_scale"), py::arg("use_ue8m0"),
+           py::arg("staged"), py::arg("launch_stream") = 0)
+      .def("combine", &LLBuffer::combine, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
+           py::arg("src_info"), py::arg("layout_range"), py::arg("num_max_dispatch_tokens_per_rank"),
+           py::arg("num_experts"), py::arg("out"), py::arg("combine_wait_recv_cost_stats"), py::arg("staged"),
+           py::arg("launch_stream") = 0);
 }

@@ -1,4 +1,16 @@
-"""deep_ep compatibility package: `import deep_ep` gets anyep's DeepEP-compatible API."""
-from anyep import Buffer, Config, EventOverlap
+"""deep_ep compatibility package: `import deep_ep` gets anyep's DeepEP-compatible API.
 
-__all__ = ["Buffer", "Config", "EventOverlap"]
+Every public name of DeepEP V1's `deep_ep` package is here (`Buffer`, `Config`, `EventOverlap`,
+`topk_idx_t`, and `deep_ep.buffer` / `deep_ep.utils` with `EventHandle` and
+`check_nvlink_connections`), plus `__version__` (anyep's). What anyep does not implement yet
+raises NotImplementedError naming it: the high-throughput methods (`get_dispatch_layout`,
+`dispatch`, `combine`, `internode_dispatch`, `internode_combine`), `get_local_buffer_tensor`, and
+LogFMT combine (`use_logfmt=True`). DeepEP's compiled module `deep_ep_cpp` has no counterpart.
+"""
+from anyep import (Buffer, Config, EventHandle, EventOverlap, __version__, check_nvlink_connections,
+                   topk_idx_t)
+
+from . import buffer, utils  # noqa: F401  (deep_ep.buffer.Buffer, deep_ep.utils.EventOverlap, ...)
+
+__all__ = ["Buffer", "Config", "EventHandle", "EventOverlap", "check_nvlink_connections", "topk_idx_t",
+           "__version__"]

@@ -17,7 +17,7 @@ const std::vector<VarInfo>& all_vars() {
       {"ANYEP_FI_NICS", "1", "libfabric: NICs (domains) striped per endpoint set; 0: every domain the provider lists"},
       {"ANYEP_FI_PROVIDER", "", "libfabric provider (efa, verbs;ofi_rxm, cxi, tcp, tcp;ofi_rxm, shm); empty: first of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm"},
       {"ANYEP_FI_STRIPING", "bytes", "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)"},
-      {"ANYEP_LL_CHECK_INPUTS", "1", "LL: check topk_idx values on the host before each call (skipped while capturing a CUDA graph)"},
+      {"ANYEP_LL_CHECK_INPUTS", "0", "LL: 1 checks topk_idx values on the host before each call (a copy and a stream sync; skipped while capturing a CUDA graph)"},
       {"ANYEP_LL_PATH", "auto", "LL: how peers are reached: auto (CUDA IPC where reachable, the proxy over libfabric otherwise), proxy-cuda-ipc or proxy-libfabric (each process its own node, every peer through the proxy)"},
       {"ANYEP_LL_SMS", "0", "LL: thread blocks (one per SM) the LL kernels use; 0: every SM"},
       {"ANYEP_LL_TRACE", "0", "LL Python extension: one stderr line per step of each call and a native backtrace on a fatal signal (diagnostics)"},

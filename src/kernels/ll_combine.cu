@@ -13,6 +13,8 @@
 // Receive (home rank): one block per token: wait for the flags of the token's experts (acquire,
 // system scope), then out[t] = sum_k w[t,k] * slot[t,k] in FP32, stored as BF16. The last block
 // waits for the remaining flags and resets all of them for the next use of this half.
+// Shrink mode (c.mask set): nothing is sent to a masked rank, and the experts of a masked owner
+// are not waited for and contribute nothing; an owner whose flag times out is masked.
 #include <cuda_bf16.h>
 
 #include "kernels/ll_device.cuh"
@@ -35,6 +37,7 @@ __device__ void send_phase(const CombineArgs& a) {
 
   for (int l = blockIdx.x; l < L; l += gridDim.x) {
     for (int r = 0; r < R; ++r) {
+      if (dev::rank_masked_block(c, r)) continue;  // shrink mode: nothing goes to a masked rank
       uint8_t* base = c.peers[r];
       const int64_t range = a.layout_range[static_cast<int64_t>(l) * R + r];
       const int begin = static_cast<int>(range >> 32), count = static_cast<int>(static_cast<uint32_t>(range));
@@ -72,6 +75,7 @@ __device__ void send_phase(const CombineArgs& a) {
     }
     __syncthreads();  // every row (and every WRITE push) of expert l comes before any of its flags
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
+      if (dev::rank_masked(c, r)) continue;
       uint8_t* base = c.peers[r];
       const uint64_t flag = g.combine_flag_off(c.buf, c.rank * L + l);
       if (base != nullptr) {
@@ -106,14 +110,19 @@ __device__ void recv_phase(const CombineArgs& a) {
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       if (e >= 0 && e < E) {
         uint64_t waited = 0;
-        if (dev::wait_signal(c, c.peers[e / L] != nullptr, g.combine_flag_off(c.buf, e), c.timeout_ns, &waited) == 0)
-          dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, t);
+        bool timed_out = false;
+        const bool arrived =
+            dev::wait_signal(c, c.peers[e / L] != nullptr, g.combine_flag_off(c.buf, e), e / L, &waited, &timed_out) != 0;
+        if (timed_out) dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, t);
         if (a.wait_recv_cost_stats)
           atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + e / L),
                     static_cast<unsigned long long>(waited));
-        const int j = atomicAdd(&s_n, 1);
-        s_src[j] = c.local + g.combine_slot_off(c.buf, t, k);
-        s_w[j] = a.topk_weights[static_cast<int64_t>(t) * K + k];
+        // Shrink mode: an expert of a masked owner contributes nothing (its slot holds no row).
+        if (arrived || timed_out) {
+          const int j = atomicAdd(&s_n, 1);
+          s_src[j] = c.local + g.combine_slot_off(c.buf, t, k);
+          s_w[j] = a.topk_weights[static_cast<int64_t>(t) * K + k];
+        }
       }
     }
     __syncthreads();  // the waiting threads' acquires cover the block's reads below
@@ -145,8 +154,9 @@ __device__ void recv_phase(const CombineArgs& a) {
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
       const bool direct = c.peers[e / L] != nullptr;
       const uint64_t flag = g.combine_flag_off(c.buf, e);
-      if (dev::wait_signal(c, direct, flag, c.timeout_ns, nullptr) == 0)
-        dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, -1);
+      bool timed_out = false;
+      dev::wait_signal(c, direct, flag, e / L, nullptr, &timed_out);  // a masked owner: no wait
+      if (timed_out) dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, -1);
       dev::reset_signal(c, direct, flag);
     }
   }

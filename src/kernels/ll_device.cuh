@@ -28,9 +28,12 @@ __device__ inline void report(ErrorRecord* err, uint32_t code, int rank, int exp
 __device__ __forceinline__ void st16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
 
 // Spin until *p (acquire, system scope) is non-zero; returns the value, or 0 on timeout. W is the
-// signal word: int32 in an LL buffer (direct peers), uint64 in the proxy's host counters.
+// signal word: int32 in an LL buffer (direct peers), uint64 in the proxy's host counters. A
+// non-null `mask_word` (shrink mode) also ends the wait, with 0, once it turns non-zero: another
+// thread masked the peer, so waits on it stop at once instead of each running into the timeout.
 template <typename W>
-__device__ inline W wait_nonzero_sys(const W* p, uint64_t timeout_ns, uint64_t* waited_ns) {
+__device__ inline W wait_nonzero_sys(const W* p, uint64_t timeout_ns, uint64_t* waited_ns,
+                                     const int32_t* mask_word = nullptr) {
   const uint64_t start = port::now_ns();
   for (;;) {
     const W v = port::load_acquire_system(p);
@@ -38,8 +41,26 @@ __device__ inline W wait_nonzero_sys(const W* p, uint64_t timeout_ns, uint64_t* 
       if (waited_ns) *waited_ns = port::now_ns() - start;
       return v;
     }
+    if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return 0;
     if (port::now_ns() - start > timeout_ns) return 0;
   }
+}
+
+// Shrink mode: is rank r masked? Always false without a mask (the normal path: one test of a
+// kernel argument).
+__device__ __forceinline__ bool rank_masked(const Common& c, int r) {
+  return c.mask != nullptr && port::load_acquire_device(c.mask + r) != 0;
+}
+
+// rank_masked for a branch the whole block takes (it may hold __syncthreads): thread 0 reads the
+// mask once and shares it, so a mask that changes meanwhile cannot split the block.
+__device__ inline bool rank_masked_block(const Common& c, int r) {
+  if (c.mask == nullptr) return false;  // a kernel argument: uniform
+  __shared__ int s_masked;
+  __syncthreads();  // earlier readers of s_masked are done
+  if (threadIdx.x == 0) s_masked = port::load_acquire_device(c.mask + r);
+  __syncthreads();
+  return s_masked != 0;
 }
 
 // Received data: a peer GPU (NVLink stores or copy engine) wrote it into our device memory, so an
@@ -50,14 +71,32 @@ __device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
   return host_mem ? __ldcv(p) : __ldcg(p);
 }
 
-// A count/flag signal at byte offset `off` of the signal area: a direct peer stores it into our
-// buffer (int32); a proxy adds it to counter counter_of(off) in host memory (64-bit). Spin until
-// non-zero (acquire, system scope); returns the value, or 0 on timeout.
-__device__ inline int wait_signal(const Common& c, bool direct, uint64_t off, uint64_t timeout_ns, uint64_t* waited_ns) {
-  if (direct) return wait_nonzero_sys(reinterpret_cast<const int32_t*>(c.local + off), timeout_ns, waited_ns);
-  static_assert(sizeof(*c.proxy.counters) == sizeof(uint64_t), "proxy counters are 64-bit words");
-  return static_cast<int>(
-      wait_nonzero_sys(reinterpret_cast<const uint64_t*>(c.proxy.counters + counter_of(off)), timeout_ns, waited_ns));
+// A count/flag signal at byte offset `off` of the signal area, sent by rank `peer`: a direct peer
+// stores it into our buffer (int32); a proxy adds it to counter counter_of(off) in host memory
+// (64-bit). Spin until non-zero (acquire, system scope); returns the value, or 0 when none came:
+//  - shrink mode: the peer is masked (before or during the wait), or the wait timed out, which
+//    masks it here (the call goes on without it, as DeepEP's elastic mode does);
+//  - otherwise the wait timed out and *timed_out is set: the caller reports the error, naming the peer.
+__device__ inline int wait_signal(const Common& c, bool direct, uint64_t off, int peer, uint64_t* waited_ns,
+                                  bool* timed_out) {
+  *timed_out = false;
+  const int32_t* mask_word = c.mask != nullptr ? c.mask + peer : nullptr;
+  if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return 0;
+  int v;
+  if (direct) {
+    v = wait_nonzero_sys(reinterpret_cast<const int32_t*>(c.local + off), c.timeout_ns, waited_ns, mask_word);
+  } else {
+    static_assert(sizeof(*c.proxy.counters) == sizeof(uint64_t), "proxy counters are 64-bit words");
+    v = static_cast<int>(wait_nonzero_sys(reinterpret_cast<const uint64_t*>(c.proxy.counters + counter_of(off)),
+                                          c.timeout_ns, waited_ns, mask_word));
+  }
+  if (v != 0) return v;
+  if (mask_word == nullptr) {
+    *timed_out = true;
+  } else {
+    atomicExch(c.mask + peer, 1);  // timed out (or masked meanwhile): skip the peer from now on
+  }
+  return 0;
 }
 // The reader resets a signal it consumed; the next writer of it is causally after this kernel.
 __device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) {

@@ -16,6 +16,8 @@
 // (tag = the destination's fence group for (half, local expert)) copies it to the same dispatch
 // slot formula on the owner, and the count goes as a SIGNAL with kFenceCount = the number of
 // WRITEs it covers, so the receiving proxy applies it only after they all landed.
+// Shrink mode (c.mask set): a masked owner gets neither tokens nor a count, a masked source
+// counts as 0 tokens, and a source whose count times out is masked instead of failing the call.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -70,7 +72,8 @@ __device__ void send_phase(const DispatchArgs& a) {
       uint8_t* dst = nullptr;
       int proxy_slot = -1;
       if (e >= E) dev::report(c.err, kErrBadExpert, c.rank, e, -1, t);
-      if (e >= 0 && e < E) {
+      // A masked owner (shrink mode) gets nothing; the token is still counted as sent below.
+      if (e >= 0 && e < E && !dev::rank_masked(c, e / L)) {
         const int owner = e / L;
         const int slot = atomicAdd(&c.ws.send_slot[e], 1);
         uint8_t* base = c.peers[owner];
@@ -173,6 +176,7 @@ __device__ void send_phase(const DispatchArgs& a) {
       }
       const int owner = e / L;
       uint8_t* base = c.peers[owner];
+      ok = ok && !dev::rank_masked(c, owner);  // shrink mode: a masked owner gets no count either
       if (ok && base != nullptr) {
         // Count after data: release at system scope (the owner polls with acquire).
         port::store_release_system(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1);
@@ -207,10 +211,13 @@ __device__ void recv_phase(const DispatchArgs& a) {
       const bool direct = c.peers[r] != nullptr;
       const uint64_t sig = g.dispatch_count_off(c.buf, l, r);
       uint64_t waited = 0;
-      const int v = dev::wait_signal(c, direct, sig, c.timeout_ns, &waited);
+      bool timed_out = false;
+      // A masked source (shrink mode) counts as 0 tokens; so does one that timed out (and is
+      // masked now) in shrink mode. Without shrink mode a timeout is an error naming the source.
+      const int v = dev::wait_signal(c, direct, sig, r, &waited, &timed_out);
       int count = 0;
       if (v == 0) {
-        dev::report(c.err, kErrDispatchRecvTimeout, c.rank, c.rank * L + l, r, 0);
+        if (timed_out) dev::report(c.err, kErrDispatchRecvTimeout, c.rank, c.rank * L + l, r, 0);
       } else {
         count = min(v - 1, T);
         // Reset for the call after next on this half: its sender is causally after our return.

@@ -77,6 +77,10 @@ struct Common {
   Workspace ws{};
   ErrorRecord* err = nullptr;        // device view of the host-mapped record
   uint64_t timeout_ns = 0;
+  // Shrink mode (Buffer(enable_shrink=True)): device int32 [R], non-zero = rank masked. Sends
+  // skip a masked rank and waits do not wait for it; a peer wait that times out masks the peer
+  // instead of reporting an error. Null otherwise: the kernels behave as without masking.
+  int32_t* mask = nullptr;
 };
 
 struct DispatchArgs {

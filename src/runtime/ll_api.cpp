@@ -16,8 +16,9 @@ void expect_first_phases(int phases) {
     throw InvalidArgument("anyep LL: a call starts with phases kPhaseSend or kPhaseBoth, got " + std::to_string(phases));
 }
 
-// The host check of topk_idx values: skipped while capturing (no sync allowed there); the
-// kernels refuse out-of-range entries either way (kErrBadExpert on the next call).
+// The host check of topk_idx values, opt-in (ANYEP_LL_CHECK_INPUTS=1: it costs a copy and a
+// stream sync per call); skipped while capturing (no sync allowed there). The kernels refuse
+// out-of-range entries either way (kErrBadExpert, raised by the next call).
 void check_topk_values(const LowLatencyBuffer& buf, const TensorRef& topk_idx, int64_t E, cudaStream_t stream) {
   const int64_t n = topk_idx.numel();
   if (!buf.check_inputs() || n == 0) return;
@@ -98,6 +99,21 @@ LLCall combine(LowLatencyBuffer& buf, const LLCombineIn& in, const TensorRef& ou
   LLCall call(buf, a);
   call.launch(phases, stream);
   return call;
+}
+
+void update_mask(LowLatencyBuffer& buf, int64_t rank, bool masked, cudaStream_t stream) {
+  validate_mask_rank(rank, buf.info());
+  buf.set_mask(static_cast<int>(rank), masked, stream);
+}
+
+void query_mask(const LowLatencyBuffer& buf, const TensorRef& mask_status, cudaStream_t stream) {
+  validate_mask_status(mask_status, buf.info());
+  buf.copy_mask(static_cast<int32_t*>(mask_status.data), stream);
+}
+
+void clean_mask(LowLatencyBuffer& buf, cudaStream_t stream) {
+  validate_mask_call(buf.info());
+  buf.clear_mask(stream);
 }
 
 }  // namespace anyep::runtime

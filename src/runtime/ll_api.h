@@ -33,13 +33,22 @@ class LLCall {
 
 // The outputs a dispatch needs, after checking its inputs. Throws InvalidArgument naming the argument.
 LLDispatchPlan dispatch_outputs(const LowLatencyBuffer& buf, const LLDispatchIn& in);
-// Checks inputs and outputs, and the topk_idx values unless ANYEP_LL_CHECK_INPUTS=0 or `stream`
-// is capturing a graph (one device-to-host copy and a stream sync); then launches `phases`
-// (kPhaseSend: the caller launches kPhaseRecv later through the result, or kPhaseBoth).
+// Checks inputs and outputs (shapes, dtypes, devices: host-side descriptors only, no sync); with
+// ANYEP_LL_CHECK_INPUTS=1 also the topk_idx values (one device-to-host copy and a stream sync,
+// skipped while `stream` captures a graph; without it the kernels refuse out-of-range experts and
+// report them on the next call). Then launches `phases` (kPhaseSend: the caller launches
+// kPhaseRecv later through the result, or kPhaseBoth).
 LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchOut& out, int phases, cudaStream_t stream);
 
 // The output a combine needs (when the caller brings none), after checking its inputs.
 LLCombinePlan combine_outputs(const LowLatencyBuffer& buf, const LLCombineIn& in);
 LLCall combine(LowLatencyBuffer& buf, const LLCombineIn& in, const TensorRef& out, int phases, cudaStream_t stream);
+
+// Rank masking (DeepEP's low_latency_update/query/clean_mask_buffer; the buffer must be in shrink
+// mode). Stream-ordered on `stream`, no host sync. Throws InvalidArgument naming the problem.
+void update_mask(LowLatencyBuffer& buf, int64_t rank, bool masked, cudaStream_t stream);
+// Copies the mask (Int [R], 1 = masked) into `mask_status`.
+void query_mask(const LowLatencyBuffer& buf, const TensorRef& mask_status, cudaStream_t stream);
+void clean_mask(LowLatencyBuffer& buf, cudaStream_t stream);
 
 }  // namespace anyep::runtime

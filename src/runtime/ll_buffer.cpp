@@ -33,7 +33,8 @@ int64_t LowLatencyBuffer::size_hint(int64_t T, int64_t H, int64_t R, int64_t E) 
   return static_cast<int64_t>(g.total_bytes());
 }
 
-LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device, const std::string& path)
+LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device, const std::string& path,
+                                   bool enable_shrink)
     : rank_(rank), num_ranks_(num_ranks), num_bytes_(num_bytes), path_(parse_ll_path(path)) {
   if (num_ranks <= 0 || rank < 0 || rank >= num_ranks)
     throw InvalidArgument("anyep LL: rank " + std::to_string(rank) + " out of range for " +
@@ -76,6 +77,12 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(ll::ErrorRecord), cudaHostAllocMapped), "cudaHostAlloc error record");
   std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev_), err_host_, 0), "map error record");
+  if (enable_shrink) {
+    const int32_t init[2] = {0, 1};
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&mask_), sizeof(int32_t) * (num_ranks + 2)), "cudaMalloc rank mask");
+    cuda_check(cudaMemset(mask_, 0, sizeof(int32_t) * num_ranks), "zero rank mask");
+    cuda_check(cudaMemcpy(mask_ + num_ranks, init, sizeof(init), cudaMemcpyHostToDevice), "rank mask constants");
+  }
   host_peers_.assign(num_ranks, nullptr);
   opened_.assign(num_ranks, false);
   const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
@@ -103,6 +110,8 @@ void LowLatencyBuffer::destroy() {
     if (opened_[r]) cudaIpcCloseMemHandle(host_peers_[r]);
   if (dev_peers_) cudaFree(dev_peers_);
   if (ws_) cudaFree(ws_);
+  if (mask_) cudaFree(mask_);
+  mask_ = nullptr;
   if (host_alloc_) {
     cudaFreeHost(host_alloc_);
   } else if (local_) {
@@ -247,6 +256,7 @@ ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int nu
   c.ws.blocks_done = ws_ + 3 * X;
   c.err = err_dev_;
   c.timeout_ns = timeout_ns_;
+  c.mask = mask_;
   return c;
 }
 
@@ -286,6 +296,33 @@ void LowLatencyBuffer::clean() {
   if (proxy_) proxy_->clear_counters();
   std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
   dispatch_half_ = combine_half_ = 0;
+}
+
+void LowLatencyBuffer::set_mask(int rank, bool masked, cudaStream_t stream) {
+  if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  if (!mask_) throw InvalidArgument("anyep LL: rank masking needs a Buffer built with enable_shrink=True");
+  if (rank < 0 || rank >= num_ranks_)
+    throw InvalidArgument("anyep LL: rank " + std::to_string(rank) + " to mask is outside [0, " +
+                          std::to_string(num_ranks_) + ")");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaMemcpyAsync(mask_ + rank, mask_ + num_ranks_ + (masked ? 1 : 0), sizeof(int32_t),
+                             cudaMemcpyDeviceToDevice, stream),
+             "update rank mask");
+}
+
+void LowLatencyBuffer::copy_mask(int32_t* dst, cudaStream_t stream) const {
+  if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  if (!mask_) throw InvalidArgument("anyep LL: rank masking needs a Buffer built with enable_shrink=True");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaMemcpyAsync(dst, mask_, sizeof(int32_t) * num_ranks_, cudaMemcpyDeviceToDevice, stream),
+             "query rank mask");
+}
+
+void LowLatencyBuffer::clear_mask(cudaStream_t stream) {
+  if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  if (!mask_) throw InvalidArgument("anyep LL: rank masking needs a Buffer built with enable_shrink=True");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaMemsetAsync(mask_, 0, sizeof(int32_t) * num_ranks_, stream), "clean rank mask");
 }
 
 void LowLatencyBuffer::check_error() const {

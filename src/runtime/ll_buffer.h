@@ -33,8 +33,10 @@ class LowLatencyBuffer {
   // runtime state differs (e.g. torch's current device) cannot send work to the wrong GPU.
   // `path` (LLPath name; "" reads ANYEP_LL_PATH) says how peers are reached; a proxy path whose
   // transport cannot register GPU memory gets the buffer in pinned host memory mapped into the GPU.
+  // `enable_shrink` (DeepEP's elastic mode) allocates the rank mask (below).
   // Throws InvalidArgument / CudaError naming what failed.
-  LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device = -1, const std::string& path = "");
+  LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, int device = -1, const std::string& path = "",
+                   bool enable_shrink = false);
   ~LowLatencyBuffer();
   LowLatencyBuffer(const LowLatencyBuffer&) = delete;
   LowLatencyBuffer& operator=(const LowLatencyBuffer&) = delete;
@@ -60,9 +62,20 @@ class LowLatencyBuffer {
   // Checks the shape against the buffer and the limits; throws InvalidArgument naming the problem.
   ll::Layout layout_for(const LLShape& s) const;
   // What the call checks (runtime/ll_validate.h) need to know of this buffer.
-  LLBufferInfo info() const { return {num_ranks_, device_, num_bytes_}; }
-  // ANYEP_LL_CHECK_INPUTS, read at construction: check topk_idx values on the host before a call.
+  LLBufferInfo info() const { return {num_ranks_, device_, num_bytes_, shrink()}; }
+  // ANYEP_LL_CHECK_INPUTS (default off), read at construction: check topk_idx values on the host
+  // before a call (a copy and a stream sync; the kernels refuse bad values either way).
   bool check_inputs() const { return check_inputs_; }
+
+  // Rank mask (shrink mode only; callers check with runtime/ll_validate.h first): a device int32
+  // per rank, zeroed at construction, 1 = masked. Dispatch and combine skip masked ranks, and a
+  // peer that times out in a wait is masked instead of failing the call. Stream-ordered on
+  // `stream` (no host sync, capturable); clean() leaves the mask as it is.
+  bool shrink() const { return mask_ != nullptr; }
+  void set_mask(int rank, bool masked, cudaStream_t stream);
+  // Copies the mask into `dst`, a device int32 array of num_ranks() entries on this buffer's device.
+  void copy_mask(int32_t* dst, cudaStream_t stream) const;
+  void clear_mask(cudaStream_t stream);
 
   // Fills the shared part of the kernel arguments for the next dispatch/combine (toggles the
   // buffer half) after checking for an earlier asynchronous error.
@@ -105,10 +118,13 @@ class LowLatencyBuffer {
   ll::ErrorRecord* err_host_ = nullptr;
   ll::ErrorRecord* err_dev_ = nullptr;
   uint64_t timeout_ns_ = 0;
+  // Shrink mode: device int32 [R + 2]: the mask, then the constants 0 and 1 that set_mask copies
+  // from (a device-to-device copy: stream-ordered, no kernel, no pageable host memory). Else null.
+  int32_t* mask_ = nullptr;
   int dispatch_half_ = 0, combine_half_ = 0;
   bool connected_ = false;
   bool destroyed_ = false;
-  bool check_inputs_ = true;
+  bool check_inputs_ = false;
 };
 
 }  // namespace anyep::runtime

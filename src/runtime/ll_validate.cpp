@@ -10,43 +10,58 @@ namespace {
 
 using std::to_string;
 
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw InvalidArgument(what);
+// Throws InvalidArgument(msg()) unless ok. The message is built only on failure: these checks run
+// on every call, and building each message eagerly cost microseconds of string work per call.
+template <typename Msg>
+void expect(bool ok, Msg&& msg) {
+  if (!ok) throw InvalidArgument(msg());
 }
 
 // Present, of `dtype`, `ndim` dimensions, on the buffer's device, contiguous.
-void expect_tensor(const TensorRef& t, const std::string& name, DType dtype, int ndim, int device) {
-  expect(t.present(), name + " is missing");
-  expect(t.dtype == dtype, name + " must be " + dtype_name(dtype) + ", got " + dtype_name(t.dtype));
-  expect(t.ndim == ndim, name + " must have " + to_string(ndim) + " dimensions, got shape " + shape_str(t));
-  expect(t.device == device, name + " must be a CUDA tensor on device " + to_string(device));
-  expect(t.contiguous(), name + " must be contiguous");
+void expect_tensor(const TensorRef& t, const char* name, DType dtype, int ndim, int device) {
+  expect(t.present(), [&] { return std::string(name) + " is missing"; });
+  expect(t.dtype == dtype,
+         [&] { return std::string(name) + " must be " + dtype_name(dtype) + ", got " + dtype_name(t.dtype); });
+  expect(t.ndim == ndim, [&] {
+    return std::string(name) + " must have " + to_string(ndim) + " dimensions, got shape " + shape_str(t);
+  });
+  expect(t.device == device,
+         [&] { return std::string(name) + " must be a CUDA tensor on device " + to_string(device); });
+  expect(t.contiguous(), [&] { return std::string(name) + " must be contiguous"; });
 }
 
-void expect_optional(const TensorRef& t, const std::string& name, DType dtype, int64_t entries, const std::string& what,
-                     int device) {
+void expect_optional(const TensorRef& t, const char* name, DType dtype, int64_t entries, const char* what, int device) {
   if (!t.present()) return;
   expect_tensor(t, name, dtype, 1, device);
-  expect(t.shape[0] == entries, name + " must have " + what + "=" + to_string(entries) + " entries");
+  expect(t.shape[0] == entries,
+         [&] { return std::string(name) + " must have " + what + "=" + to_string(entries) + " entries"; });
 }
 
 // An output against its spec: as expect_tensor, then shape, strides and the allocation behind it.
-void expect_output(const TensorRef& t, const OutputSpec& s, const std::string& name, int device) {
-  expect(t.present(), name + " is missing");
-  expect(t.dtype == s.dtype, name + " must be " + dtype_name(s.dtype) + ", got " + dtype_name(t.dtype));
-  expect(t.ndim == s.ndim, name + " must have " + to_string(s.ndim) + " dimensions, got shape " + shape_str(t));
-  expect(t.device == device, name + " must be a CUDA tensor on device " + to_string(device));
+void expect_output(const TensorRef& t, const OutputSpec& s, const char* name, int device) {
+  expect(t.present(), [&] { return std::string(name) + " is missing"; });
+  expect(t.dtype == s.dtype,
+         [&] { return std::string(name) + " must be " + dtype_name(s.dtype) + ", got " + dtype_name(t.dtype); });
+  expect(t.ndim == s.ndim, [&] {
+    return std::string(name) + " must have " + to_string(s.ndim) + " dimensions, got shape " + shape_str(t);
+  });
+  expect(t.device == device,
+         [&] { return std::string(name) + " must be a CUDA tensor on device " + to_string(device); });
   expect(std::equal(s.shape, s.shape + s.ndim, t.shape),
-         name + " must have shape " + dims_str(s.shape, s.ndim) + ", got " + shape_str(t));
+         [&] { return std::string(name) + " must have shape " + dims_str(s.shape, s.ndim) + ", got " + shape_str(t); });
   bool strides_ok = true;
   for (int d = 0; d < s.ndim; ++d) strides_ok = strides_ok && (s.shape[d] <= 1 || t.strides[d] == s.strides[d]);
-  expect(strides_ok, name + " must have strides " + dims_str(s.strides, s.ndim) + ", got " + dims_str(t.strides, t.ndim));
+  expect(strides_ok, [&] {
+    return std::string(name) + " must have strides " + dims_str(s.strides, s.ndim) + ", got " +
+           dims_str(t.strides, t.ndim);
+  });
   if (s.storage_elems > s.numel()) {
     const int64_t need = s.storage_elems * dtype_bytes(s.dtype);
-    expect(t.storage_offset == 0 && t.storage_bytes >= need,
-           name + " must start an allocation of at least " + to_string(need) + " bytes, got " +
-               (t.storage_offset ? "a view at element " + to_string(t.storage_offset)
-                                 : to_string(t.storage_bytes) + " bytes"));
+    expect(t.storage_offset == 0 && t.storage_bytes >= need, [&] {
+      return std::string(name) + " must start an allocation of at least " + to_string(need) + " bytes, got " +
+             (t.storage_offset ? "a view at element " + to_string(t.storage_offset)
+                               : to_string(t.storage_bytes) + " bytes");
+    });
   }
 }
 
@@ -81,11 +96,18 @@ LLDispatchPlan validate_dispatch(const LLDispatchIn& in, const LLBufferInfo& buf
   expect_tensor(in.x, "x", DType::kBFloat16, 2, dev);
   expect_tensor(in.topk_idx, "topk_idx", DType::kInt64, 2, dev);
   const int64_t N = in.x.shape[0], H = in.x.shape[1], K = in.topk_idx.shape[1];
-  expect(in.topk_idx.shape[0] == N, "topk_idx has " + to_string(in.topk_idx.shape[0]) + " rows, x has " + to_string(N));
-  expect(N <= T, "x has " + to_string(N) + " tokens, more than num_max_dispatch_tokens_per_rank=" + to_string(T));
-  expect(E % R == 0, not_multiple(E, R));
-  expect(!in.use_ue8m0 || (in.use_fp8 && in.round_scale), "use_ue8m0 needs use_fp8=True and round_scale=True");
-  expect(!in.use_ue8m0 || H % 512 == 0, "use_ue8m0 needs hidden to be a multiple of 512, got " + to_string(H));
+  expect(in.topk_idx.shape[0] == N, [&] {
+    return std::string() + "topk_idx has " + to_string(in.topk_idx.shape[0]) + " rows, x has " + to_string(N);
+  });
+  expect(N <= T, [&] {
+    return std::string() + "x has " + to_string(N) +
+           " tokens, more than num_max_dispatch_tokens_per_rank=" + to_string(T);
+  });
+  expect(E % R == 0, [&] { return std::string() + not_multiple(E, R); });
+  expect(!in.use_ue8m0 || (in.use_fp8 && in.round_scale),
+         [&] { return std::string() + "use_ue8m0 needs use_fp8=True and round_scale=True"; });
+  expect(!in.use_ue8m0 || H % 512 == 0,
+         [&] { return std::string() + "use_ue8m0 needs hidden to be a multiple of 512, got " + to_string(H); });
   const int64_t L = E / R;
   expect_optional(in.cumulative_recv_stats, "cumulative_local_expert_recv_stats", DType::kInt32, L, "num_local_experts", dev);
   expect_optional(in.wait_recv_cost_stats, "dispatch_wait_recv_cost_stats", DType::kInt64, R, "num_ranks", dev);
@@ -111,7 +133,7 @@ void validate_dispatch_outputs(const LLDispatchPlan& p, const LLDispatchOut& out
   if (p.recv_scales.present) {
     expect_output(out.recv_scales, p.recv_scales, "recv_scales", buf.device);
   } else {
-    expect(!out.recv_scales.present(), "recv_scales must be left out without use_fp8");
+    expect(!out.recv_scales.present(), [&] { return std::string() + "recv_scales must be left out without use_fp8"; });
   }
   expect_output(out.recv_count, p.recv_count, "recv_count", buf.device);
   expect_output(out.src_info, p.src_info, "src_info", buf.device);
@@ -121,29 +143,39 @@ void validate_dispatch_outputs(const LLDispatchPlan& p, const LLDispatchOut& out
 LLCombinePlan validate_combine(const LLCombineIn& in, const LLBufferInfo& buf) {
   const int dev = buf.device, R = buf.num_ranks;
   const int64_t T = in.max_tokens, E = in.num_experts;
-  expect(E % R == 0, not_multiple(E, R));
+  expect(E % R == 0, [&] { return std::string() + not_multiple(E, R); });
   const int64_t L = E / R, RT = R * T;
   expect_tensor(in.x, "x", DType::kBFloat16, 3, dev);
   const int64_t H = in.x.shape[2];
-  expect(in.x.shape[0] == L && in.x.shape[1] == RT,
-         "x must have shape [num_local_experts=" + to_string(L) + ", num_ranks*num_max_dispatch_tokens_per_rank=" +
-             to_string(RT) + ", hidden], got " + shape_str(in.x));
+  expect(in.x.shape[0] == L && in.x.shape[1] == RT, [&] {
+    return std::string() + "x must have shape [num_local_experts=" + to_string(L) +
+           ", num_ranks*num_max_dispatch_tokens_per_rank=" + to_string(RT) + ", hidden], got " + shape_str(in.x);
+  });
   expect_tensor(in.topk_idx, "topk_idx", DType::kInt64, 2, dev);
   expect_tensor(in.topk_weights, "topk_weights", DType::kFloat32, 2, dev);
   const int64_t N = in.topk_idx.shape[0], K = in.topk_idx.shape[1];
-  expect(in.topk_weights.shape[0] == N && in.topk_weights.shape[1] == K,
-         "topk_weights must have the shape of topk_idx " + shape_str(in.topk_idx) + ", got " + shape_str(in.topk_weights));
-  expect(N <= T, "topk_idx has " + to_string(N) + " tokens, more than num_max_dispatch_tokens_per_rank=" + to_string(T));
+  expect(in.topk_weights.shape[0] == N && in.topk_weights.shape[1] == K, [&] {
+    return std::string() + "topk_weights must have the shape of topk_idx " + shape_str(in.topk_idx) + ", got " +
+           shape_str(in.topk_weights);
+  });
+  expect(N <= T, [&] {
+    return std::string() + "topk_idx has " + to_string(N) +
+           " tokens, more than num_max_dispatch_tokens_per_rank=" + to_string(T);
+  });
   expect_tensor(in.src_info, "handle src_info", DType::kInt32, 2, dev);
-  expect(in.src_info.shape[0] == L && in.src_info.shape[1] == RT,
-         "handle src_info has shape " + shape_str(in.src_info) + ", expected [" + to_string(L) + ", " + to_string(RT) + "]");
+  expect(in.src_info.shape[0] == L && in.src_info.shape[1] == RT, [&] {
+    return std::string() + "handle src_info has shape " + shape_str(in.src_info) + ", expected [" + to_string(L) +
+           ", " + to_string(RT) + "]";
+  });
   // The handle's storage (ll_layout.h) holds the top-k plane and the tail after the view.
   const int64_t handle_bytes = ll::Layout{T, H, R, E}.handle_ints() * 4;
-  expect(in.src_info.storage_offset == 0 && in.src_info.storage_bytes >= handle_bytes,
-         "handle was not produced by anyep low_latency_dispatch (src_info lacks the top-k slot plane)");
+  expect(in.src_info.storage_offset == 0 && in.src_info.storage_bytes >= handle_bytes, [&] {
+    return std::string() +
+           "handle was not produced by anyep low_latency_dispatch (src_info lacks the top-k slot plane)";
+  });
   expect_tensor(in.layout_range, "handle layout_range", DType::kInt64, 2, dev);
   expect(in.layout_range.shape[0] == L && in.layout_range.shape[1] == R,
-         "handle layout_range has shape " + shape_str(in.layout_range));
+         [&] { return std::string() + "handle layout_range has shape " + shape_str(in.layout_range); });
   expect_optional(in.wait_recv_cost_stats, "combine_wait_recv_cost_stats", DType::kInt64, R, "num_ranks", dev);
 
   LLCombinePlan p;
@@ -157,14 +189,37 @@ LLCombinePlan validate_combine(const LLCombineIn& in, const LLBufferInfo& buf) {
 void validate_combine_output(const LLCombinePlan& p, const TensorRef& out, const LLBufferInfo& buf) {
   expect_tensor(out, "out", DType::kBFloat16, 2, buf.device);
   expect(out.shape[0] == p.out.shape[0] && out.shape[1] == p.out.shape[1],
-         "out must have shape " + dims_str(p.out.shape, 2) + ", got " + shape_str(out));
+         [&] { return std::string() + "out must have shape " + dims_str(p.out.shape, 2) + ", got " + shape_str(out); });
 }
 
 void validate_topk_values(const int64_t* v, int64_t n, int64_t E) {
   if (n <= 0) return;
   const auto [mn, mx] = std::minmax_element(v, v + n);
-  expect(*mn >= -1 && *mx < E, "topk_idx holds values in [" + to_string(*mn) + ", " + to_string(*mx) +
-                                   "], outside [-1, num_experts=" + to_string(E) + ")");
+  expect(*mn >= -1 && *mx < E, [&] {
+    return std::string() + "topk_idx holds values in [" + to_string(*mn) + ", " + to_string(*mx) +
+           "], outside [-1, num_experts=" + to_string(E) + ")";
+  });
+}
+
+void validate_mask_call(const LLBufferInfo& buf) {
+  expect(buf.shrink, [&] { return std::string() + "rank masking needs a Buffer built with enable_shrink=True"; });
+}
+
+void validate_mask_rank(int64_t rank, const LLBufferInfo& buf) {
+  validate_mask_call(buf);
+  expect(rank >= 0 && rank < buf.num_ranks, [&] {
+    return std::string() + "rank_to_mask=" + to_string(rank) + " is outside [0, num_ranks=" + to_string(buf.num_ranks) +
+           ")";
+  });
+}
+
+void validate_mask_status(const TensorRef& t, const LLBufferInfo& buf) {
+  validate_mask_call(buf);
+  expect_tensor(t, "mask_status", DType::kInt32, 1, buf.device);
+  expect(t.shape[0] == buf.num_ranks, [&] {
+    return std::string() + "mask_status must have num_ranks=" + to_string(buf.num_ranks) + " entries, got shape " +
+           shape_str(t);
+  });
 }
 
 }  // namespace anyep::runtime

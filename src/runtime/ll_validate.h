@@ -17,6 +17,7 @@ struct LLBufferInfo {
   int num_ranks = 1;      // R
   int device = 0;         // every tensor must live on this CUDA device
   int64_t num_bytes = 0;  // LL buffer size (the shape must fit)
+  bool shrink = false;    // built with enable_shrink: the rank mask exists
 };
 
 struct LLDispatchIn {
@@ -81,5 +82,11 @@ ll::Layout validate_layout(int64_t max_tokens, int64_t hidden, int64_t num_exper
 
 // topk_idx values (copied to the host) must lie in [-1, num_experts).
 void validate_topk_values(const int64_t* values, int64_t count, int64_t num_experts);
+
+// Rank masking (low_latency_update/query/clean_mask_buffer): the buffer must be in shrink mode,
+// the rank in [0, R), and the query's output an Int [R] contiguous tensor on the buffer's device.
+void validate_mask_call(const LLBufferInfo& buf);
+void validate_mask_rank(int64_t rank, const LLBufferInfo& buf);
+void validate_mask_status(const TensorRef& mask_status, const LLBufferInfo& buf);
 
 }  // namespace anyep::runtime

@@ -48,8 +48,9 @@ def unpack_ue8m0(packed):
     return torch.exp2(b.float() - 127.0)
 
 
-def check_dispatch(me, world, L, T, inputs, recv, recv_count, handle, mode):
-    """inputs[s] = (x, idx, w) of rank s; mode in bf16 / fp8 / ue8m0."""
+def check_dispatch(me, world, L, T, inputs, recv, recv_count, handle, mode, masked=()):
+    """inputs[s] = (x, idx, w) of rank s; mode in bf16 / fp8 / ue8m0; a rank in `masked` sends
+    nothing (shrink mode)."""
     src_info, layout_range = handle[0], handle[1]
     assert handle[2] == T and handle[4] == L * world, f"handle tail {handle[2:]}"
     rc = recv_count.cpu()
@@ -61,6 +62,8 @@ def check_dispatch(me, world, L, T, inputs, recv, recv_count, handle, mode):
         for s in range(world):
             x_s, idx_s, _ = inputs[s]
             tokens = (idx_s == e).any(dim=1).nonzero().flatten().cpu()
+            if s in masked:
+                tokens = tokens[:0]
             begin, count = int(lr[l, s]) >> 32, int(lr[l, s]) & 0xFFFFFFFF
             assert count == tokens.numel(), f"expert {e} from rank {s}: count {count}, expected {tokens.numel()}"
             rows = si[l, begin:begin + count]
@@ -107,6 +110,18 @@ def combine_ref(x, idx, w, scale):
     return (contrib * (w * valid)[:, :, None]).sum(dim=1)
 
 
+def without_masked(idx, masked, L):
+    """topk_idx as the combine of a shrink-mode buffer sees it: experts of masked ranks contribute
+    nothing (as -1 entries)."""
+    if not masked:
+        return idx
+    out = idx.clone()
+    owner = idx.clamp(min=0) // L
+    for m in masked:
+        out[(idx >= 0) & (owner == m)] = -1
+    return out
+
+
 def check_combine(out, x, idx, w, scale, what):
     ref = combine_ref(x, idx, w, scale)
     torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2, msg=lambda m: f"{what}: {m}")
@@ -143,13 +158,16 @@ class Ctx:
         return [make_inputs(seed * 131 + s, n_of(s), H, K, E, **kw) for s in range(self.world)]
 
     def roundtrip(self, seed, T, H, K, E, mode="bf16", n_of=None, exclude=None, hook=False, async_finish=False,
-                  check_comb=True):
+                  check_comb=True, buf=None, masked=()):
+        """Dispatch and combine on `buf` (default: the world's buffer) and check both against the
+        reference; ranks in `masked` (shrink mode) sit the call out and are left out of it."""
         me, world, L = self.me, self.world, E // self.world
+        buf = buf or self.buf
         n_of = n_of or (lambda s: T - (s % 3))
         inputs = self.all_inputs(seed, n_of, H, K, E, exclude=exclude)
         x, idx, w = inputs[me]
         poison_like((L, world * T, H), torch.bfloat16 if mode == "bf16" else torch.float8_e4m3fn)
-        recv, cnt, handle, ev, hk = self.buf.low_latency_dispatch(
+        recv, cnt, handle, ev, hk = buf.low_latency_dispatch(
             x, idx, T, E, use_fp8=(mode != "bf16"), round_scale=(mode == "ue8m0"), use_ue8m0=(mode == "ue8m0"),
             async_finish=async_finish, return_recv_hook=hook)
         if hook:
@@ -160,7 +178,7 @@ class Ctx:
         if async_finish:
             ev.current_stream_wait()
         wait_gpu()
-        check_dispatch(me, world, L, T, inputs, recv, cnt, handle, mode)
+        check_dispatch(me, world, L, T, inputs, recv, cnt, handle, mode, masked)
         if not check_comb:
             return
         scale = expert_scale(E)
@@ -169,7 +187,7 @@ class Ctx:
             return
         y = expert_outputs(me, L, recv_bf16, scale)
         out = torch.full((x.size(0), H), float("nan"), dtype=torch.bfloat16, device="cuda")
-        comb, ev2, hk2 = self.buf.low_latency_combine(y, idx, w, handle, async_finish=async_finish,
+        comb, ev2, hk2 = buf.low_latency_combine(y, idx, w, handle, async_finish=async_finish,
                                                        return_recv_hook=hook, out=out)
         if hook:
             hk2()
@@ -177,7 +195,7 @@ class Ctx:
             ev2.current_stream_wait()
         wait_gpu()
         assert comb.data_ptr() == out.data_ptr()
-        check_combine(comb, x, idx, w, scale, f"combine seed {seed}")
+        check_combine(comb, x, without_masked(idx, masked, L), w, scale, f"combine seed {seed}")
 
 
 # ---- checks ---------------------------------------------------------------------------------------
@@ -277,6 +295,149 @@ def c_cuda_graph(c):
     del graph
 
 
+def c_cuda_graph_replay(c):
+    """Dispatch + combine, plain and in hook mode, captured in one CUDA graph and replayed 100 times;
+    before each replay fresh inputs are copied into the captured input tensors; every 10th replay
+    (and the last) is checked against the reference."""
+    E, T, H, K, L, scale = small_shape(c)
+    x_s = torch.zeros(T, H, dtype=torch.bfloat16, device="cuda")
+    idx_s = torch.full((T, K), -1, dtype=torch.int64, device="cuda")
+    w_s = torch.zeros(T, K, dtype=torch.float32, device="cuda")
+
+    def step(hook):
+        recv, cnt, handle, _, hk = c.buf.low_latency_dispatch(x_s, idx_s, T, E, use_fp8=False, return_recv_hook=hook)
+        if hook:
+            hk()
+        out, _, hk2 = c.buf.low_latency_combine(expert_outputs(c.me, L, recv, scale), idx_s, w_s, handle,
+                                                 return_recv_hook=hook)
+        if hook:
+            hk2()
+        return recv, cnt, handle, out
+
+    wait_gpu()
+    dist.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        results = [step(False), step(True)]
+    replays = 100
+    for it in range(replays):
+        inputs = c.all_inputs(900 + it, lambda s: T, H, K, E)
+        x, idx, w = inputs[c.me]
+        x_s.copy_(x)
+        idx_s.copy_(idx)
+        w_s.copy_(w)
+        for r in results:
+            r[3].fill_(float("nan"))
+        graph.replay()
+        if it % 10 == 9 or it == replays - 1:
+            wait_gpu()
+            for (recv, cnt, handle, out), what in zip(results, ("plain", "hook")):
+                check_dispatch(c.me, c.world, L, T, inputs, recv, cnt, handle, "bf16")
+                check_combine(out, x, idx, w, scale, f"graph replay {it} ({what})")
+    wait_gpu()
+    del graph
+
+
+def small_buffer(c, T, H, E, env=None, **kw):
+    """A Buffer of its own for shape (T, H, E) (a collective call), built with `env` applied (the
+    runtime reads ANYEP_TIMEOUT_S, ANYEP_LL_CHECK_INPUTS at construction) and restored after."""
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        return c.anyep.Buffer(dist.group.WORLD, 0, c.anyep.Buffer.get_low_latency_rdma_size_hint(T, H, c.world, E),
+                              low_latency_mode=True, explicitly_destroy=True, **kw)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def query_mask(buf, world):
+    status = torch.full((world,), 7, dtype=torch.int32, device="cuda")
+    buf.low_latency_query_mask_buffer(status)
+    return status.tolist()
+
+
+def c_mask_rank(c):
+    """Shrink mode (enable_shrink=True), rank masking: the last rank is masked by the others, who
+    run dispatch + combine (plain and hook) without it and get results that leave it out (its
+    tokens and its experts); query reports it; unmasking (update with mask=False, and clean)
+    restores it, and after clean_low_latency_buffer a round trip with every rank is whole again.
+    Without shrink mode the mask calls raise."""
+    E, T, H, K = e_small(c.world), 32, 1024, 4
+    zeros = [0] * c.world
+    expect_error(ValueError, "enable_shrink=True", lambda: c.buf.low_latency_update_mask_buffer(0, True))
+    expect_error(ValueError, "enable_shrink=True",
+                 lambda: c.buf.low_latency_query_mask_buffer(torch.zeros(c.world, dtype=torch.int32, device="cuda")))
+    expect_error(ValueError, "enable_shrink=True", c.buf.low_latency_clean_mask_buffer)
+    buf = small_buffer(c, T, H, E, enable_shrink=True)
+    try:
+        assert query_mask(buf, c.world) == zeros, "a new buffer has a rank masked"
+        expect_error(ValueError, "rank_to_mask", lambda: buf.low_latency_update_mask_buffer(c.world, True))
+        expect_error(ValueError, "rank_to_mask", lambda: buf.low_latency_update_mask_buffer(-1, True))
+        expect_error(ValueError, "mask_status must be Int",
+                     lambda: buf.low_latency_query_mask_buffer(torch.zeros(c.world, dtype=torch.int64, device="cuda")))
+        m = c.world - 1
+        if c.world > 1 and c.me != m:
+            buf.low_latency_update_mask_buffer(m, True)
+            assert query_mask(buf, c.world) == [int(r == m) for r in range(c.world)]
+            # An even number of calls: the buffer halves stay in step with rank m, which sits out.
+            for it in range(2):
+                c.roundtrip(800 + it, T, H, K, E, buf=buf, masked={m}, hook=(it == 1))
+            assert query_mask(buf, c.world) == [int(r == m) for r in range(c.world)]
+            buf.low_latency_update_mask_buffer(m, False)
+            assert query_mask(buf, c.world) == zeros, "update_mask_buffer(mask=False) did not unmask"
+            buf.low_latency_update_mask_buffer(m, True)
+            buf.low_latency_clean_mask_buffer()
+            assert query_mask(buf, c.world) == zeros, "clean_mask_buffer did not unmask"
+        elif c.world == 1:
+            buf.low_latency_update_mask_buffer(0, True)
+            assert query_mask(buf, 1) == [1]
+            buf.low_latency_clean_mask_buffer()
+            assert query_mask(buf, 1) == [0]
+        wait_gpu()
+        buf.check_async_error()
+        buf.clean_low_latency_buffer(T, H, E)  # every rank, rank m included
+        c.roundtrip(810, T, H, K, E, buf=buf)
+        c.roundtrip(811, T, H, K, E, buf=buf, hook=True)
+        wait_gpu()
+        buf.check_async_error()
+    finally:
+        dist.barrier()
+        buf.destroy()
+
+
+def c_dead_rank(c):
+    """Shrink mode, a dead rank: the last rank skips a dispatch and its combine; the others (a 2 s
+    timeout) finish the call with it masked, no error, and results without it; then every rank
+    cleans and a round trip with every rank is whole again. Needs 2 or more ranks."""
+    if c.world < 2:
+        return
+    E, T, H, K = e_small(c.world), 32, 1024, 4
+    d = c.world - 1
+    buf = small_buffer(c, T, H, E, env={"ANYEP_TIMEOUT_S": "2"}, enable_shrink=True)
+    try:
+        if c.me != d:
+            t0 = time.time()
+            # Rank d's counts never come: the wait times out after 2 s and masks it.
+            c.roundtrip(820, T, H, K, E, buf=buf, masked={d})
+            assert query_mask(buf, c.world) == [int(r == d) for r in range(c.world)], "the dead rank is not masked"
+            buf.check_async_error()  # masked, not failed
+            assert time.time() - t0 < 60, f"the survivors took {time.time() - t0:.0f} s"
+            buf.low_latency_clean_mask_buffer()
+        dist.barrier()  # rank d comes back once the survivors are done
+        buf.clean_low_latency_buffer(T, H, E)
+        c.roundtrip(821, T, H, K, E, buf=buf)
+        wait_gpu()
+        buf.check_async_error()
+        assert query_mask(buf, c.world) == [0] * c.world
+    finally:
+        dist.barrier()
+        buf.destroy()
+
+
 def ll_iters():
     """Round trips of c_200_iterations: ANYEP_TEST_LL_ITERS (default 200). The one-GPU worlds set
     a few: their processes are time-sliced on one GPU (slow but correct)."""
@@ -321,14 +482,30 @@ def c_bad_input(c):
                  lambda: b.low_latency_dispatch(x[:, :100].contiguous(), idx, T, E))
     bad = idx.clone()
     bad[3, 0] = E
-    expect_error(ValueError, "topk_idx holds values", lambda: b.low_latency_dispatch(x, bad, T, E))
-    bad[3, 0] = -2
-    expect_error(ValueError, "topk_idx holds values", lambda: b.low_latency_dispatch(x, bad, T, E))
+    # The host check of topk_idx values is opt-in (ANYEP_LL_CHECK_INPUTS=1: a copy and a sync per
+    # call); a buffer built with it refuses before any kernel runs.
+    checked = small_buffer(c, T, H, E, env={"ANYEP_LL_CHECK_INPUTS": "1"})
+    try:
+        expect_error(ValueError, "topk_idx holds values", lambda: checked.low_latency_dispatch(x, bad, T, E))
+        bad_low = bad.clone()
+        bad_low[3, 0] = -2
+        expect_error(ValueError, "topk_idx holds values", lambda: checked.low_latency_dispatch(x, bad_low, T, E))
+    finally:
+        dist.barrier()
+        checked.destroy()
+    # Without it (the default) the kernels refuse the expert and the next call raises; every rank
+    # makes the same call, so the dispatch itself completes.
+    b.low_latency_dispatch(x, bad, T, E, use_fp8=False)
+    wait_gpu()
+    expect_error(ValueError, f"topk_idx holds expert {E}", b.check_async_error)
+    b.clean_low_latency_buffer(T, H, E)
     x_big, idx_big, _ = make_inputs(9, T + 1, H, K, E)
     expect_error(ValueError, "more than num_max_dispatch_tokens_per_rank",
                  lambda: b.low_latency_dispatch(x_big, idx_big, T, E))
     expect_error(ValueError, "buffer too small", lambda: b.low_latency_dispatch(x, idx, 100_000, E))
     expect_error(ValueError, "use_ue8m0 needs", lambda: b.low_latency_dispatch(x, idx, T, E, use_ue8m0=True))
+    expect_error(ValueError, "cannot be combined",
+                 lambda: b.low_latency_dispatch(x, idx, T, E, async_finish=True, return_recv_hook=True))
     if c.world > 1:  # with one rank every expert count is a multiple of the rank count
         expect_error(ValueError, "not a multiple", lambda: b.low_latency_dispatch(x, idx, T, E + 1))
     # Combine: a real handle, wrong tensors.
@@ -346,7 +523,8 @@ def c_bad_input(c):
 
 
 ALL_CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_receive_nothing, c_hook,
-              c_hook_two_microbatches, c_async, c_cuda_graph, c_200_iterations, c_deepep_shape]
+              c_hook_two_microbatches, c_async, c_cuda_graph, c_cuda_graph_replay, c_mask_rank, c_dead_rank,
+              c_200_iterations, c_deepep_shape]
 
 
 def selected_checks():

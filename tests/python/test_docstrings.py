@@ -11,8 +11,9 @@ import re
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-API_FILES = ["python/anyep/buffer.py", "python/anyep/config.py", "python/anyep/event.py"]
-MODULE_FILES = API_FILES + ["python/anyep/__init__.py", "python/deep_ep/__init__.py"]
+API_FILES = ["python/anyep/buffer.py", "python/anyep/config.py", "python/anyep/event.py", "python/anyep/utils.py"]
+MODULE_FILES = API_FILES + ["python/anyep/__init__.py", "python/deep_ep/__init__.py", "python/deep_ep/buffer.py",
+                            "python/deep_ep/utils.py"]
 SECTIONS = ("Arguments", "Returns", "Raises", "Attributes")
 
 
@@ -143,6 +144,46 @@ def test_the_api_is_where_the_check_looks():
         assert name in names, f"Buffer.{name} not found in python/anyep/buffer.py"
     assert "current_stream_wait" in public_functions(read("python/anyep/event.py"))
     assert "get_rdma_buffer_size_hint" in public_functions(read("python/anyep/config.py"))
+
+
+# ---- the DeepEP V1 surface (deep_ep at commit 567632d) ---------------------------------------------
+# Buffer's constructor parameters in deep_ep's order (keyword callers and positional ones both work).
+DEEPEP_INIT = ["group", "num_nvl_bytes", "num_rdma_bytes", "low_latency_mode", "num_qps_per_rank",
+               "allow_nvlink_for_low_latency_mode", "allow_mnnvl", "use_fabric", "explicitly_destroy",
+               "enable_shrink", "comm"]
+DEEPEP_METHODS = ["destroy", "is_sm90_compiled", "set_num_sms", "capture", "get_low_latency_rdma_size_hint",
+                  "get_comm_stream", "get_local_buffer_tensor", "get_dispatch_config", "get_combine_config",
+                  "get_dispatch_layout", "dispatch", "combine", "internode_dispatch", "internode_combine",
+                  "clean_low_latency_buffer", "low_latency_dispatch", "low_latency_combine",
+                  "low_latency_update_mask_buffer", "low_latency_query_mask_buffer", "low_latency_clean_mask_buffer",
+                  "get_next_low_latency_combine_buffer"]
+DEEPEP_NAMES = ["Buffer", "Config", "EventOverlap", "topk_idx_t", "EventHandle", "check_nvlink_connections",
+                "__version__"]
+
+
+def class_methods(text, cls):
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
+    raise AssertionError(f"class {cls} not found")
+
+
+def test_buffer_has_deepep_constructor_and_methods():
+    methods = class_methods(read("python/anyep/buffer.py"), "Buffer")
+    assert parameters(methods["__init__"], True) == DEEPEP_INIT, parameters(methods["__init__"], True)
+    missing = [m for m in DEEPEP_METHODS if m not in methods]
+    assert not missing, f"Buffer lacks deep_ep's {missing}"
+
+
+def test_deep_ep_exports_deepep_names():
+    tree = ast.parse(read("python/deep_ep/__init__.py"))
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    missing = [n for n in DEEPEP_NAMES if n not in imported]
+    assert not missing, f"deep_ep does not export {missing}"
+    for sub, names in (("buffer", ["Buffer"]), ("utils", ["EventOverlap", "EventHandle", "check_nvlink_connections"])):
+        tree = ast.parse(read(f"python/deep_ep/{sub}.py"))
+        got = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert set(names) <= got, f"deep_ep.{sub} lacks {set(names) - got}"
 
 
 # ---- the checker itself --------------------------------------------------------------------------

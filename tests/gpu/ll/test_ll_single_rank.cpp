@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -74,8 +76,10 @@ runtime::TensorRef dev_ref(const DevBuf& b, runtime::DType dt, std::initializer_
 
 // One dispatch + combine round on `buf` (one rank: L = E, R*T = T) with fresh random routing.
 // via_api: through runtime::dispatch / runtime::combine (staged combine); else the kernel
-// arguments by hand from the layout's handle offsets.
-void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned seed, bool via_api = false) {
+// arguments by hand from the layout's handle offsets. self_masked: the rank is masked in its own
+// shrink-mode buffer, so nothing is sent or received and the combine is all zeros.
+void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned seed, bool via_api = false,
+                bool self_masked = false) {
   const int T = s.T, H = s.H, K = s.K, E = s.E, N = s.N, L = E, RT = T, G = H / 128;
   const LLShape shape{T, H, E};
   const ll::Layout g{T, H, 1, E};
@@ -161,7 +165,7 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
     std::set<int> want;
     for (int t = 0; t < N; ++t)
       for (int k = 0; k < K; ++k)
-        if (idx[t * K + k] == e) want.insert(t);
+        if (idx[t * K + k] == e && !self_masked) want.insert(t);
     ASSERT_EQ(count[e], static_cast<int>(want.size())) << "expert " << e << " seed " << seed;
     ASSERT_EQ(range[e], static_cast<int64_t>(want.size())) << "one source rank: begin 0, count in low bits";
     std::set<int> got;
@@ -237,7 +241,7 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
       float ref = 0;
       for (int k = 0; k < K; ++k) {
         const int64_t e = idx[t * K + k];
-        if (e >= 0) ref += w[t * K + k] * from_bf16(to_bf16(from_bf16(x[size_t(t) * H + h]) * (1.0f + e / 8.0f)));
+        if (e >= 0 && !self_masked) ref += w[t * K + k] * from_bf16(to_bf16(from_bf16(x[size_t(t) * H + h]) * (1.0f + e / 8.0f)));
       }
       ASSERT_NEAR(from_bf16(out[size_t(t) * H + h]), ref, 1e-2f * std::fabs(ref) + 1e-3f) << "token " << t << " h " << h;
     }
@@ -269,11 +273,15 @@ TEST(LLSingleRank, RuntimeApiRounds) {
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 14, true));
 }
 
-// The one check that needs the device: topk_idx values, copied to the host on the call's stream.
+// The one check that needs the device: topk_idx values, copied to the host on the call's stream
+// (opt-in: ANYEP_LL_CHECK_INPUTS=1, read when the buffer is built).
 TEST(LLSingleRank, RuntimeApiChecksTopkValues) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
   const int T = 8, H = 256, E = 4, K = 2;
+  setenv("ANYEP_LL_CHECK_INPUTS", "1", 1);
   LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(T, H, 1, E));
+  unsetenv("ANYEP_LL_CHECK_INPUTS");
+  ASSERT_TRUE(buf.check_inputs());
   buf.connect({buf.local_info()});
   const std::vector<int64_t> idx{0, 1, 2, E};  // E: out of range
   DevBuf d_x(size_t(2) * H * 2), d_idx(idx.size() * 8);
@@ -304,6 +312,77 @@ TEST(LLSingleRank, RuntimeApiChecksTopkValues) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("topk_idx holds values in [0, 4]"), std::string::npos) << e.what();
   }
+}
+
+// With the host check off (the default) the kernel refuses the expert and the next call names it.
+TEST(LLSingleRank, KernelRefusesOutOfRangeExpert) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  const int T = 8, H = 256, E = 4;
+  LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(T, H, 1, E));
+  ASSERT_FALSE(buf.check_inputs()) << "ANYEP_LL_CHECK_INPUTS is set in this environment";
+  buf.connect({buf.local_info()});
+  const std::vector<int64_t> idx{0, 1, 2, E};  // token 1, slot 1: out of range
+  DevBuf d_x(size_t(2) * H * 2), d_idx(idx.size() * 8), d_recv(size_t(E) * T * H * 2), d_count(E * 4),
+      d_info(size_t(ll::Layout{T, H, 1, E}.handle_ints()) * 4), d_range(size_t(E) * 8);
+  CK(cudaMemcpy(d_idx.p, idx.data(), idx.size() * 8, cudaMemcpyHostToDevice));
+  const ll::Layout g{T, H, 1, E};
+  ll::DispatchArgs d;
+  d.c = buf.next_dispatch_common(LLShape{T, H, E}, 2, 2);
+  d.x = d_x.p;
+  d.topk_idx = d_idx.as<int64_t>();
+  d.fmt = ll::Format::kBF16;
+  d.recv_x = d_recv.p;
+  d.recv_count = d_count.as<int32_t>();
+  d.src_info = d_info.as<int32_t>() + g.handle_src_info_off();
+  d.src_topk = d_info.as<int32_t>() + g.handle_src_topk_off();
+  d.handle_half = d_info.as<int32_t>() + g.handle_half_off();
+  d.layout_range = d_range.as<int64_t>();
+  buf.launch(d, ll::kPhaseBoth, nullptr);
+  CK(cudaDeviceSynchronize());
+  try {
+    buf.check_error();
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("topk_idx holds expert 4 (token 1)"), std::string::npos) << e.what();
+  }
+}
+
+// Shrink mode at one rank: masking the rank itself empties every call (nothing sent, nothing
+// waited for: no timeout), the query reports it, and after clearing the mask a round trip is whole.
+TEST(LLSingleRank, MaskedRankIsSkipped) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  const Shape s{32, 512, 4, 8, 30};
+  LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(s.T, s.H, 1, s.E), -1, "", /*enable_shrink=*/true);
+  buf.connect({buf.local_info()});
+  DevBuf d_status(4);
+  const runtime::TensorRef status = runtime::contiguous_ref(d_status.p, runtime::DType::kInt32, {1}, 0);
+  const auto query = [&] {
+    runtime::query_mask(buf, status, nullptr);
+    int32_t v = -1;
+    EXPECT_EQ(cudaMemcpy(&v, d_status.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  };
+  EXPECT_EQ(query(), 0);
+  runtime::update_mask(buf, 0, true, nullptr);
+  EXPECT_EQ(query(), 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, s, ll::Format::kBF16, 21, true, /*self_masked=*/true));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, s, ll::Format::kFP8, 22, false, /*self_masked=*/true));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "a masked rank was waited for";
+  EXPECT_EQ(query(), 1);
+  runtime::update_mask(buf, 0, false, nullptr);
+  EXPECT_EQ(query(), 0);
+  runtime::update_mask(buf, 0, true, nullptr);
+  runtime::clean_mask(buf, nullptr);
+  EXPECT_EQ(query(), 0);
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, s, ll::Format::kBF16, 23, true));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, s, ll::Format::kFP8, 24, false));
+  EXPECT_THROW(runtime::update_mask(buf, 1, true, nullptr), InvalidArgument);  // rank out of range
+  // Without shrink mode the mask calls are refused.
+  LowLatencyBuffer plain(0, 1, LowLatencyBuffer::size_hint(s.T, s.H, 1, s.E));
+  EXPECT_THROW(runtime::update_mask(plain, 0, true, nullptr), InvalidArgument);
+  EXPECT_THROW(runtime::query_mask(plain, status, nullptr), InvalidArgument);
+  EXPECT_THROW(runtime::clean_mask(plain, nullptr), InvalidArgument);
 }
 
 TEST(LLSingleRank, ShapeErrorsNameTheProblem) {

@@ -314,5 +314,40 @@ TEST(LLValidateTopk, ValuesOutsideTheExpertRangeAreNamed) {
   expect_invalid([&] { validate_topk_values(low.data(), 4, E); }, {"topk_idx holds values in [-2, 3]"});
 }
 
+// ---- rank masking (shrink mode) ----------------------------------------------------------------
+
+LLBufferInfo shrink_buffer() {
+  LLBufferInfo b = buffer();
+  b.shrink = true;
+  return b;
+}
+
+TEST(LLValidateMask, NeedsShrinkMode) {
+  expect_invalid([] { validate_mask_call(buffer()); }, {"enable_shrink=True"});
+  expect_invalid([] { validate_mask_rank(0, buffer()); }, {"enable_shrink=True"});
+  expect_invalid([] { validate_mask_status(dev_tensor(DType::kInt32, {R}), buffer()); }, {"enable_shrink=True"});
+  EXPECT_NO_THROW(validate_mask_call(shrink_buffer()));
+}
+
+TEST(LLValidateMask, RankOutOfRangeIsNamed) {
+  EXPECT_NO_THROW(validate_mask_rank(0, shrink_buffer()));
+  EXPECT_NO_THROW(validate_mask_rank(R - 1, shrink_buffer()));
+  expect_invalid([] { validate_mask_rank(R, shrink_buffer()); }, {"rank_to_mask=2 is outside [0, num_ranks=2)"});
+  expect_invalid([] { validate_mask_rank(-1, shrink_buffer()); }, {"rank_to_mask=-1"});
+}
+
+TEST(LLValidateMask, StatusTensorMustBeIntPerRank) {
+  EXPECT_NO_THROW(validate_mask_status(dev_tensor(DType::kInt32, {R}), shrink_buffer()));
+  expect_invalid([] { validate_mask_status(dev_tensor(DType::kInt64, {R}), shrink_buffer()); },
+                 {"mask_status must be Int"});
+  expect_invalid([] { validate_mask_status(dev_tensor(DType::kInt32, {R + 1}), shrink_buffer()); },
+                 {"mask_status must have num_ranks=2 entries, got shape [3]"});
+  expect_invalid([] { validate_mask_status(dev_tensor(DType::kInt32, {1, R}), shrink_buffer()); },
+                 {"mask_status must have 1 dimensions"});
+  expect_invalid([] { validate_mask_status(contiguous_ref(nullptr, DType::kInt32, {R}, -1), shrink_buffer()); },
+                 {"mask_status must be a CUDA tensor on device 0"});
+  expect_invalid([] { validate_mask_status(TensorRef{}, shrink_buffer()); }, {"mask_status is missing"});
+}
+
 }  // namespace
 }  // namespace anyep::runtime
