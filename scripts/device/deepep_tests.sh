@@ -10,7 +10,8 @@
 # `timeout`: test_low_latency.py plain, with --use-logfmt, and with --pressure-test (which loops
 # forever by design: it passes if it reports >= DEEPEP_PRESSURE_SEEDS seeds before its timeout
 # without an error). --num-processes is the number of visible GPUs (DEEPEP_NPROC overrides).
-# Logs under $OUT; a table last; exit 1 if a run failed.
+# DEEPEP_RUNS (default "plain logfmt pressure") picks the runs. Logs under $OUT; a table last; exit 1
+# if a run failed.
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -47,23 +48,27 @@ run build 200 cmake --build "$BUILD" --target anyep_python -j 16 || failed=1
 export PYTHONPATH=$BUILD/python
 cd "$TESTS"
 LL=(test_low_latency.py --num-processes "$NPROC")
-run ll_plain "${DEEPEP_LL_S:-240}" "$PY" "${LL[@]}" || failed=1
-run ll_logfmt "${DEEPEP_LL_S:-240}" "$PY" "${LL[@]}" --use-logfmt || failed=1
-run ll_pressure "${DEEPEP_PRESSURE_S:-150}" "$PY" "${LL[@]}" --pressure-test
-rc=$?
-seeds=$(grep -c "Testing with seed" "$OUT/ll_pressure.log" 2>/dev/null || echo 0)
-want=${DEEPEP_PRESSURE_SEEDS:-3}
-if grep -qE "Error|Traceback|AssertionError" "$OUT/ll_pressure.log" || { [ "$rc" != 124 ] && [ "$rc" != 0 ]; } \
-   || [ "$seeds" -lt "$want" ]; then
-  failed=1
-  rows+=("ll_pressure: FAILED ($seeds seeds reported, rc $rc; wanted >= $want seeds and no error before the timeout)")
-else
-  rows+=("ll_pressure: ok ($seeds seeds before the timeout ended it)")
+RUNS=" ${DEEPEP_RUNS:-plain logfmt pressure} "
+if [[ $RUNS == *" plain "* ]]; then run ll_plain "${DEEPEP_LL_S:-240}" "$PY" "${LL[@]}" || failed=1; fi
+if [[ $RUNS == *" logfmt "* ]]; then run ll_logfmt "${DEEPEP_LL_S:-240}" "$PY" "${LL[@]}" --use-logfmt || failed=1; fi
+if [[ $RUNS == *" pressure "* ]]; then
+  run ll_pressure "${DEEPEP_PRESSURE_S:-150}" "$PY" "${LL[@]}" --pressure-test
+  rc=$?
+  seeds=$(grep -c "Testing with seed" "$OUT/ll_pressure.log" 2>/dev/null || echo 0)
+  want=${DEEPEP_PRESSURE_SEEDS:-3}
+  if grep -qE "Error|Traceback|AssertionError" "$OUT/ll_pressure.log" || { [ "$rc" != 124 ] && [ "$rc" != 0 ]; } \
+     || [ "$seeds" -lt "$want" ]; then
+    failed=1
+    rows+=("ll_pressure: FAILED ($seeds seeds reported, rc $rc; wanted >= $want seeds and no error before the timeout)")
+  else
+    rows+=("ll_pressure: ok ($seeds seeds before the timeout ended it)")
+  fi
 fi
 cd "$ROOT"
 
 echo "== DeepEP tests against anyep's deep_ep: $(date -u), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $NPROC process(es)"
 for f in ll_plain ll_logfmt; do
+  [ -f "$OUT/$f.log" ] || continue
   echo "-- $f"; grep -E "^\[rank 0\]|Error|error|Traceback|assert" "$OUT/$f.log" | head -20
 done
 printf '%s\n' "${rows[@]}"
