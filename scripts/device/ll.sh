@@ -166,6 +166,10 @@ done
 [ -f "$OUT/smoke_gdb.log" ] && { echo "== gdb"; grep -E -A40 "received signal|^#0" "$OUT/smoke_gdb.log" | head -60; tail -n 5 "$OUT/smoke_gdb.log"; }
 [ -f "$OUT/pytest2.log" ] && { echo "== pytest2"; grep -hE "rank [0-9]+: |passed|failed|PASSED|FAILED|error|Error" "$OUT/pytest2.log" | grep -v "^anyep._C trace" | tail -n 60; }
 [ -f "$OUT/bench.log" ] && { echo "== bench"; tail -n 40 "$OUT/bench.log"; }
+# The device tool returns only a few files: the per-rank logs travel as one archive.
+if ls "$OUT"/ll_*.log > /dev/null 2>&1; then
+  tar -czf "$OUT/rank_logs.tgz" -C "$OUT" $(cd "$OUT" && ls ll_*.log) && rm -f "$OUT"/ll_*.log
+fi
 echo "== summary (rc 124: timeout; rc > 128: killed by signal rc-128)"
 echo "GPUs visible: ${NGPUS:-0}; worlds: ${LL_WORLDS:-$DEFAULT_WORLDS}"
 printf '%s\n' "${summary[@]}"
