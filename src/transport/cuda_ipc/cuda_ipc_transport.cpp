@@ -295,6 +295,7 @@ class CudaIpcTransport final : public Transport {
     if (peer >= opt_.num_ranks)
       throw InvalidArgument(where() + ": import_mr from unknown peer " + std::to_string(peer) + " (num_ranks " +
                             std::to_string(opt_.num_ranks) + ")");
+    regions_.check_import(peer, remote_id, where());  // before the per-peer vectors grow to it
     WireRegion w{};
     if (desc.size() != sizeof w)
       throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +

@@ -33,7 +33,7 @@ TEST(TcpBootstrapMp, PeerThatNeverJoinsIsNamedByRankZero) {
   auto res = testkit::run_ranks(4, [](testkit::Rank& r) {
     if (r.rank == 2) return;  // never joins
     try {
-      auto b = transport::make_tcp_bootstrap("127.0.0.1", r.port, r.rank, r.size, 1.5);
+      auto b = r.join(1.5);
       b->barrier();
     } catch (const TimeoutError& e) {
       std::string m = e.what();
@@ -54,7 +54,7 @@ TEST(TcpBootstrapMp, NoRankZeroIsATimeoutForTheOthers) {
   auto res = testkit::run_ranks(2, [](testkit::Rank& r) {
     if (r.rank == 0) return;
     try {
-      transport::make_tcp_bootstrap("127.0.0.1", r.port, r.rank, r.size, 0.5);
+      r.join(0.5);
     } catch (const TimeoutError& e) {
       std::string m = e.what();
       ANYEP_MP_CHECK(m.find("could not reach rank 0") != std::string::npos, m);
