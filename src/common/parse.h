@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -23,6 +24,11 @@ namespace anyep {
 namespace parse_detail {
 inline std::string quoted(std::string_view what, std::string_view text) {
   return std::string(what) + "='" + std::string(text) + "'";
+}
+inline std::string number(double v) {  // shortest form: 0.001, 3600, 1e+06
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
 }
 }  // namespace parse_detail
 
@@ -43,7 +49,7 @@ inline uint64_t parse_count(std::string_view what, std::string_view text, uint64
 
 // A finite number of seconds in [min, max] ("1.5", "1e-3"; no "inf", "nan", spaces or units).
 inline double parse_seconds(std::string_view what, std::string_view text, double min, double max) {
-  const std::string range = " (accepted: seconds in [" + std::to_string(min) + ", " + std::to_string(max) + "])";
+  const std::string range = " (accepted: seconds in [" + parse_detail::number(min) + ", " + parse_detail::number(max) + "])";
   const std::string s(text);
   // strtod skips leading spaces and reads "inf"/"nan"/hex: take only plain decimal text.
   bool plain = !s.empty();
