@@ -2,15 +2,14 @@
 // local processes: CPU producers (playing GPU warps) -> channel rings -> proxy threads ->
 // transport (libfabric shm or tcp on 127.0.0.1) -> ordering engine -> counters, where an
 // observer thread (playing the receiving kernel) checks every byte a signal vouches for, acks it,
-// and the run ends with exact signal counts (src/proxy/workload.h). Without libfabric it falls
-// back to ranks as threads over the in-process loopback transport, and says so.
+// and the run ends with exact signal counts (src/proxy/workload.h). `--provider loopback` runs
+// the ranks as threads of this process over the in-process loopback transport instead; a
+// libfabric provider that is not available is an error, never a silent fallback.
 //
-//   anyep_main [--ranks R] [--threads T] [--provider shm|tcp|loopback] [--rounds N] [--seed S]
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+// The ranks are forked children (testkit::run_ranks): a rank killed by a signal or stopped
+// (no heartbeat for --liveness-s) ends the job at once with an error naming it, the others are
+// killed, the ranks die with this process, and a dead rank's shm files are removed.
+// Exit status: 0 OK, 1 the job failed, 2 bad command line or provider not available.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -22,7 +21,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/parse.h"
 #include "testkit/local_cluster.h"
+#include "testkit/mp_harness.h"
 #include "testkit/workload_rank.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/factory.h"
@@ -39,35 +40,35 @@ struct Summary {  // what one rank reports to the parent
   uint32_t bypass = 0, n_rt = 0, n_quiet = 0;
 };
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len))
-    throw TransportError(std::string("anyep_main: no free TCP port on 127.0.0.1: ") + std::strerror(errno));
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+constexpr const char* kUsage =
+    "usage: anyep_main [options]            (every option also as --name=value)\n"
+    "  --ranks R          processes (ranks), 1..64                       [4]\n"
+    "  --threads T        proxy threads per rank, 1..4                   [2]\n"
+    "  --provider P       shm | tcp (libfabric, a process per rank) | loopback (threads of one process) [shm]\n"
+    "  --rounds N         LL rounds per producer, 1..10000000 (HT chunks: 2N) [1000]\n"
+    "  --seed S           workload seed, 0..2^64-1                       [20261122]\n"
+    "  --timeout-s S      data-path wait limit in a rank, seconds (0, 3600] [25]\n"
+    "  --liveness-s S     a rank without heartbeat this long is reported stopped, (0, 3600] [10]\n"
+    "  --job-timeout-s S  the whole job, seconds (0, 86400]               [3600]\n"
+    "  -h, --help         this text\n";
 
-bool write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t k = ::write(fd, c, n);
-    if (k <= 0) return false;
-    c += k, n -= size_t(k);
-  }
-  return true;
+// Summary, then the two sample arrays: what a rank hands back to the parent.
+std::string pack(const Summary& s, const std::vector<uint64_t>& rt, const std::vector<uint64_t>& q) {
+  std::string b(reinterpret_cast<const char*>(&s), sizeof s);
+  b.append(reinterpret_cast<const char*>(rt.data()), rt.size() * 8);
+  b.append(reinterpret_cast<const char*>(q.data()), q.size() * 8);
+  return b;
 }
-bool read_all(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n) {
-    ssize_t k = ::read(fd, c, n);
-    if (k <= 0) return false;
-    c += k, n -= size_t(k);
-  }
+bool unpack(const std::string& b, Summary& s, std::vector<uint64_t>& rt, std::vector<uint64_t>& q) {
+  if (b.size() < sizeof s) return false;
+  std::memcpy(&s, b.data(), sizeof s);
+  if (b.size() != sizeof s + 8ull * (s.n_rt + s.n_quiet)) return false;
+  const size_t at = rt.size();
+  rt.resize(at + s.n_rt);
+  std::memcpy(rt.data() + at, b.data() + sizeof s, 8ull * s.n_rt);
+  const size_t qt = q.size();
+  q.resize(qt + s.n_quiet);
+  std::memcpy(q.data() + qt, b.data() + sizeof s + 8ull * s.n_rt, 8ull * s.n_quiet);
   return true;
 }
 
@@ -108,26 +109,45 @@ int main(int argc, char** argv) {
   w.quiet_every = 32;
   w.seed = 20261122;
   w.timeout_s = 25;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", a.c_str()); return 2; }
-    std::string v = argv[++i];
-    if (a == "--ranks") ranks = std::stoul(v);
-    else if (a == "--threads") threads = std::stoul(v);
-    else if (a == "--provider") provider = v;
-    else if (a == "--rounds") w.ll_rounds = std::stoul(v), w.ht_chunks = 2 * w.ll_rounds;
-    else if (a == "--seed") w.seed = std::stoull(v);
-    else { std::fprintf(stderr, "usage: %s [--ranks R] [--threads T] [--provider shm|tcp|loopback] [--rounds N] [--seed S]\n", argv[0]); return 2; }
+  double liveness_s = 10, job_timeout_s = 3600;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i], v;
+      if (a == "-h" || a == "--help") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+      if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+        v = a.substr(eq + 1);
+        a.resize(eq);
+      } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
+        v = argv[++i];
+      } else {
+        throw InvalidArgument(a.rfind("--", 0) == 0 ? a + " needs a value" : "unexpected argument '" + a + "'");
+      }
+      if (a == "--ranks") ranks = uint32_t(parse_count(a, v, 1, 64));
+      else if (a == "--threads") threads = uint32_t(parse_count(a, v, 1, w.producers + 1));
+      else if (a == "--provider") provider = parse_choice(a, v, {"shm", "tcp", "loopback"});
+      else if (a == "--rounds") w.ll_rounds = uint32_t(parse_count(a, v, 1, 10000000)), w.ht_chunks = 2 * w.ll_rounds;
+      else if (a == "--seed") w.seed = parse_count(a, v, 0, UINT64_MAX);
+      else if (a == "--timeout-s") w.timeout_s = parse_seconds(a, v, 1e-3, 3600);
+      else if (a == "--liveness-s") liveness_s = parse_seconds(a, v, 1e-3, 3600);
+      else if (a == "--job-timeout-s") job_timeout_s = parse_seconds(a, v, 1e-3, 86400);
+      else throw InvalidArgument("unknown option " + a);
+    }
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "anyep_main: %s\n%s", e.what(), kUsage);
+    return 2;
   }
-  if (ranks < 1 || threads < 1 || threads > w.producers + 1) { std::fprintf(stderr, "anyep_main: need ranks >= 1 and 1 <= threads <= %u\n", w.producers + 1); return 2; }
   w.ranks = ranks;
   ::setenv("FI_TCP_IFACE", "lo", 0);  // 127.0.0.1 only
-
-  std::string fallback;
-  if (provider == "loopback") {
-    fallback = "loopback requested";
-  } else if (std::string why; !transport::available(provider, &why)) {
-    fallback = why;
+  // No silent fallback: loopback only when asked for by name.
+  if (std::string why; provider != "loopback" && !transport::available(provider, &why)) {
+    std::fprintf(stderr,
+                 "anyep_main: --provider %s is not available here: %s\n"
+                 "  (--provider loopback runs the ranks as threads of one process over the in-process loopback transport)\n",
+                 provider.c_str(), why.c_str());
+    return 2;
   }
 
   std::printf("anyep_main: CPU-only proxy pipeline (no GPU used): producers -> rings -> proxies -> transport -> "
@@ -138,8 +158,8 @@ int main(int argc, char** argv) {
               w.ht_chunks, w.chunk_max);
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    if (!fallback.empty()) {
-      std::printf("  transport: in-process loopback, ranks are threads of this process (%s)\n", fallback.c_str());
+    if (provider == "loopback") {
+      std::printf("  transport: in-process loopback, ranks are threads of this process (--provider loopback)\n");
       LocalClusterConfig lc;
       lc.ranks = ranks;
       lc.threads = threads;
@@ -183,58 +203,37 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::printf("  transport: libfabric %s, every rank its own process, TCP bootstrap on 127.0.0.1\n", provider.c_str());
-    const uint16_t port = free_port();
-    std::vector<pid_t> pids(ranks);
-    std::vector<int> fds(ranks);
-    std::fflush(nullptr);
-    for (uint32_t r = 0; r < ranks; ++r) {
-      int p[2];
-      if (::pipe(p)) throw InternalError("anyep_main: pipe failed");
-      pids[r] = ::fork();
-      if (pids[r] == 0) {
-        ::close(p[0]);
-        int rc = 0;
-        try {
-          auto boot = transport::make_tcp_bootstrap("127.0.0.1", port, r, ranks, 20);
-          RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *boot, [&](uint32_t) {
-            return transport::make_transport(transport::TransportSpec::from_env(provider, r, ranks));
-          });
-          Summary s{run.result.commands, run.result.payload_bytes, run.stats.commands, run.stats.signals_held,
-                    run.seconds, run.bypass, uint32_t(run.result.ll_round_trip_ns.size()), uint32_t(run.result.quiet_ns.size())};
-          write_all(p[1], &s, sizeof s);
-          write_all(p[1], run.result.ll_round_trip_ns.data(), s.n_rt * 8);
-          write_all(p[1], run.result.quiet_ns.data(), s.n_quiet * 8);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "anyep_main: rank %u failed: %s\n", r, e.what());
-          rc = 1;
-        }
-        std::fflush(nullptr);
-        ::_exit(rc);
-      }
-      ::close(p[1]);
-      fds[r] = p[0];
-    }
+    testkit::RunOptions opt;
+    opt.bootstrap_timeout_s = 20;
+    opt.timeout_s = job_timeout_s;
+    opt.liveness_s = liveness_s;
+    opt.kill_all_on_failure = true;  // one failed rank fails the job: the others need not time out
+    opt.on_started = [](const std::vector<pid_t>& pids) {
+      std::printf("  ranks' pids:");
+      for (size_t r = 0; r < pids.size(); ++r) std::printf(" %zu:%d", r, int(pids[r]));
+      std::printf("\n");
+      std::fflush(stdout);
+    };
+    auto res = testkit::run_ranks(ranks, [&](testkit::Rank& r) {
+      RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *r.boot, [&](uint32_t) {
+        return transport::make_transport(transport::TransportSpec::from_env(provider, r.rank, ranks));
+      });
+      Summary s{run.result.commands, run.result.payload_bytes, run.stats.commands, run.stats.signals_held,
+                run.seconds, run.bypass, uint32_t(run.result.ll_round_trip_ns.size()), uint32_t(run.result.quiet_ns.size())};
+      r.result = pack(s, run.result.ll_round_trip_ns, run.result.quiet_ns);
+    }, opt);
     std::vector<Summary> sums(ranks);
     std::vector<uint64_t> rt, q;
-    bool ok = true;
-    for (uint32_t r = 0; r < ranks; ++r) {
-      Summary& s = sums[r];
-      if (!read_all(fds[r], &s, sizeof s)) { ok = false; continue; }
-      std::vector<uint64_t> a(s.n_rt), b(s.n_quiet);
-      ok &= read_all(fds[r], a.data(), a.size() * 8) && read_all(fds[r], b.data(), b.size() * 8);
-      rt.insert(rt.end(), a.begin(), a.end());
-      q.insert(q.end(), b.begin(), b.end());
-      ::close(fds[r]);
+    bool ok = res.ok();
+    for (uint32_t r = 0; ok && r < ranks; ++r) ok = unpack(res.ranks[r].result, sums[r], rt, q);
+    if (!ok) {
+      if (res.culprit >= 0)
+        std::fprintf(stderr, "anyep_main: FAILED after %.2f s: %s\n", res.seconds_to_culprit, res.culprit_message.c_str());
+      else
+        std::fprintf(stderr, "anyep_main: FAILED\n");
+      std::fprintf(stderr, "%s", res.summary().c_str());
+      return 1;
     }
-    for (uint32_t r = 0; r < ranks; ++r) {
-      int st = 0;
-      ::waitpid(pids[r], &st, 0);
-      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        std::fprintf(stderr, "anyep_main: rank %u did not finish cleanly\n", r);
-        ok = false;
-      }
-    }
-    if (!ok) return 1;
     std::printf("  ordering engine: %s\n", sums[0].bypass ? "bypassed (the provider lands writes in order)" : "on (the provider may reorder)");
     report(sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (const std::exception& e) {

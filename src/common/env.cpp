@@ -12,6 +12,7 @@ namespace anyep::env {
 const std::vector<VarInfo>& all_vars() {
   // Keep sorted by name; docs/environment.md mirrors this table.
   static const std::vector<VarInfo> vars = {
+      {"ANYEP_BOOTSTRAP_SECRET", "", "TCP bootstrap: the per-job secret every rank's hello must carry (at most 64 bytes; same value on every rank, set by the launcher); empty: none"},
       {"ANYEP_CHAOS_MAX_DELAY", "8", "chaos transport: an op or immediate is held 0..N poll() calls (seeded)"},
       {"ANYEP_CHAOS_SEED", "", "wrap every endpoint made from the environment (TransportSpec::from_env: LL runtime proxy path, main job, benchmarks) in the chaos transport (reorders deliveries like EFA SRD) with this seed; empty: off"},
       {"ANYEP_FI_NICS", "1", "libfabric: NICs (domains) striped per endpoint set; 0: every domain the provider lists"},

@@ -1,5 +1,7 @@
 #include "transport/region_table.h"
 
+#include "common/error.h"
+
 namespace anyep::transport {
 
 namespace {
@@ -21,8 +23,18 @@ MrId RegionTable::add_local(uint64_t base, uint64_t length) {
   return static_cast<MrId>(local_.size() - 1);
 }
 
+void RegionTable::check_import(uint32_t peer, MrId id, const std::string& who) const {
+  if (peer >= remote_.size())
+    throw InvalidArgument(who + ": import_mr from unknown peer " + std::to_string(peer) + " (num_ranks " +
+                          std::to_string(remote_.size()) + ")");
+  if (id >= kMaxRemoteRegions)
+    throw InvalidArgument(who + ": rank " + std::to_string(peer) + " sent region id " + std::to_string(id) +
+                          ", above the limit of " + std::to_string(kMaxRemoteRegions) + " regions per rank");
+}
+
 void RegionTable::set_remote(uint32_t peer, MrId id, uint64_t base, uint64_t length) {
-  auto& v = remote_.at(peer);
+  check_import(peer, id, "region table");
+  auto& v = remote_[peer];
   if (v.size() <= id) v.resize(id + 1);
   v[id] = {base, length, true};
 }

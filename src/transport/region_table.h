@@ -11,6 +11,10 @@
 
 namespace anyep::transport {
 
+// Region ids arrive from peers (connect_all's descriptors) and index per-peer vectors: an id at or
+// above this bound is refused, never allocated for. Every rank registers a handful of regions.
+constexpr MrId kMaxRemoteRegions = 4096;
+
 struct RegionBounds {
   uint64_t base = 0;    // start address in the owner's address space (0 when unknown/unused)
   uint64_t length = 0;  // bytes
@@ -22,7 +26,9 @@ class RegionTable {
   explicit RegionTable(uint32_t num_ranks = 0) : remote_(num_ranks) {}
 
   MrId add_local(uint64_t base, uint64_t length);
-  void set_remote(uint32_t peer, MrId id, uint64_t base, uint64_t length);
+  // Throws InvalidArgument (prefixed by `who`) unless `peer` and `id`, both peer-supplied, are in range.
+  void check_import(uint32_t peer, MrId id, const std::string& who) const;
+  void set_remote(uint32_t peer, MrId id, uint64_t base, uint64_t length);  // check_import first
   const RegionBounds* local(MrId id) const { return id < local_.size() ? &local_[id] : nullptr; }
   const RegionBounds* remote(uint32_t peer, MrId id) const;
   size_t num_local() const { return local_.size(); }

@@ -8,11 +8,13 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <random>
 #include <string_view>
 #include <thread>
@@ -212,9 +214,11 @@ class CudaIpcTransport final : public Transport {
 
   // Host memory: no CUDA IPC handle; peers of other processes write it with process_vm_writev.
   MrId register_host(void* base, size_t length) {
-    // Under Yama ptrace_scope 1 only a declared tracer may attach: allow any process of this user
-    // (ignored where Yama is absent; process_vm_writev still requires the same user).
-    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    // Peers write host regions with process_vm_writev, which Yama (ptrace_scope 1) allows only to
+    // a declared tracer: declared in connect(), once the peers' pids are known (before any peer
+    // can import this region), or here for a region registered after connect().
+    host_exported_ = true;
+    if (connected_) allow_peer_writers();
     WireRegion wire{};
     wire.magic = kRegionMagic;
     wire.version = kWireVersion;
@@ -289,12 +293,38 @@ class CudaIpcTransport final : public Transport {
       outbox_[r] = &peer_inboxes_[r];
     }
     connected_ = true;
+    if (host_exported_) allow_peer_writers();
+  }
+
+  // Declares the peer processes as tracers (Yama ptrace_scope 1) so that their process_vm_writev
+  // into this process's host regions is allowed. PR_SET_PTRACER holds a single pid: one peer
+  // process is named exactly; with several, PR_SET_PTRACER_ANY is the only value that admits them
+  // all (docs/transport.md, "cuda-ipc and Yama"). Without Yama the call fails and nothing is
+  // needed; process_vm_writev still requires the same user either way.
+  void allow_peer_writers() {
+    std::vector<uint32_t> pids;
+    for (uint32_t r = 0; r < peers_.size(); ++r)
+      if (r != opt_.rank && peers_[r].process_token != process_token() &&
+          std::find(pids.begin(), pids.end(), peers_[r].pid) == pids.end())
+        pids.push_back(peers_[r].pid);
+    if (pids.empty()) return;
+    // Process-wide: endpoints of another world in this process may have named another pid; then
+    // only ANY keeps both working, and ANY is never narrowed again.
+    static std::mutex mu;
+    static unsigned long declared = 0;  // 0: nothing declared yet
+    std::lock_guard<std::mutex> lock(mu);
+    unsigned long want = pids.size() == 1 ? static_cast<unsigned long>(pids[0]) : PR_SET_PTRACER_ANY;
+    if (declared != 0 && declared != want) want = PR_SET_PTRACER_ANY;
+    if (want == declared) return;
+    prctl(PR_SET_PTRACER, want, 0, 0, 0);
+    declared = want;
   }
 
   void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
     if (peer >= opt_.num_ranks)
       throw InvalidArgument(where() + ": import_mr from unknown peer " + std::to_string(peer) + " (num_ranks " +
                             std::to_string(opt_.num_ranks) + ")");
+    regions_.check_import(peer, remote_id, where());  // before the per-peer vectors grow to it
     WireRegion w{};
     if (desc.size() != sizeof w)
       throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
@@ -559,6 +589,7 @@ class CudaIpcTransport final : public Transport {
   Capabilities caps_;
   std::string last_error_;
   bool connected_ = false;
+  bool host_exported_ = false;  // a host region was registered: peers write it via process_vm_writev
   std::vector<CopyStream> streams_;
   size_t next_stream_ = 0;
   std::vector<cudaEvent_t> free_events_;

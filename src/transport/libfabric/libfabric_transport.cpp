@@ -208,6 +208,7 @@ class LibfabricTransport final : public Transport {
   void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
     if (peer >= n_) throw InvalidArgument("libfabric transport: import_mr from unknown peer " + std::to_string(peer));
     if (!connected_) throw InvalidArgument("libfabric transport: import_mr before connect");
+    regions_.check_import(peer, remote_id, "libfabric transport");  // before remote_[peer] grows to it
     MrDescHeader h;
     if (desc.size() < sizeof h) throw InvalidArgument("libfabric transport: region descriptor from rank " + std::to_string(peer) + " is too short");
     std::memcpy(&h, desc.data(), sizeof h);

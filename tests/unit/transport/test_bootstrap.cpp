@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/loopback/loopback_transport.h"
+#include "transport/region_table.h"
 
 namespace anyep::transport {
 namespace {
@@ -101,6 +102,26 @@ TEST(ConnectAll, MismatchedRegionCountsNameThePeer) {
   for (auto& t : th) t.join();
   EXPECT_NE(errors[0].find("rank 1 registered 2 regions"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("rank 0 registered 1 regions"), std::string::npos) << errors[1];
+}
+
+
+// Region ids come from peers: one far out of range is refused with a message, never allocated for
+// (before the check, a peer's id of 2^30 resized a vector to a billion entries).
+TEST(ConnectAll, PeerSuppliedRegionIdsAreRangeChecked) {
+  auto fabric = loopback::make_fabric(2);
+  auto a = loopback::make_endpoint(fabric, 0);
+  auto b = loopback::make_endpoint(fabric, 1);
+  std::vector<uint8_t> mem(64);
+  const auto desc = b->export_mr(b->register_memory(mem.data(), mem.size(), MemKind::kHost));
+  a->connect({a->local_address(), b->local_address()});
+  a->import_mr(1, kMaxRemoteRegions - 1, desc);  // the largest id accepted
+  try {
+    a->import_mr(1, MrId{1} << 30, desc);
+    ADD_FAILURE() << "region id 2^30 from a peer was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("region id 1073741824"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(a->import_mr(7, 0, desc), InvalidArgument);
 }
 
 }  // namespace
