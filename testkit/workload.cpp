@@ -40,7 +40,25 @@ int64_t mismatch(const uint8_t* got, uint32_t bytes, uint64_t k) {
   return -1;
 }
 
+// Thrown by a thread that stopped because another one failed; never the error reported.
+struct Stopped {};
+
 }  // namespace
+
+std::exception_ptr first_by_precedence(const std::vector<std::exception_ptr>& errs) {
+  std::exception_ptr first;
+  for (const auto& e : errs) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const DataViolation&) {
+      return e;
+    } catch (...) {
+      if (!first) first = e;
+    }
+  }
+  return first;
+}
 
 // Offsets and sizes; the one place the workload's buffer layout is written down (see header).
 struct StreamWorkload::Geometry {
@@ -90,14 +108,16 @@ uint32_t StreamWorkload::dest(const WorkloadConfig& c, uint32_t src, uint32_t q)
 }
 
 void StreamWorkload::violation(const std::string& msg) const {
-  throw InternalError("workload rank " + std::to_string(rank_) + " (seed " + std::to_string(cfg_.seed) + "): " + msg);
+  throw DataViolation("workload rank " + std::to_string(rank_) + " (seed " + std::to_string(cfg_.seed) + "): " + msg);
 }
 
 void StreamWorkload::push(const channel::RingHandle& h, const channel::TransferCmd& c, const char* what) {
   if (h.push(c) == channel::kPushFailed) {
     if (on_error_) on_error_();
     ch_.check_errors();
-    violation(std::string("push of ") + what + " to ring " + std::to_string(h.ring_id) + " failed");
+    if (stop_.load(std::memory_order_relaxed)) throw Stopped{};
+    throw InternalError("workload rank " + std::to_string(rank_) + ": push of " + what + " to ring " +
+                        std::to_string(h.ring_id) + " failed");
   }
 }
 
@@ -105,6 +125,7 @@ void StreamWorkload::wait_counter(uint32_t idx, uint64_t want, const char* what,
   const uint64_t start = port::now_ns(), limit = static_cast<uint64_t>(cfg_.timeout_s * 1e9);
   for (uint32_t spins = 0; port::load_acquire_system(&counters_[idx]) < want; ++spins) {
     if ((spins & 1023) == 0) {
+      if (stop_.load(std::memory_order_relaxed)) throw Stopped{};
       if (on_error_) on_error_();
       if (port::now_ns() - start > limit)
         throw TimeoutError("workload rank " + std::to_string(rank_) + " producer " + std::to_string(q) + ": " + what +
@@ -128,7 +149,9 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
     const uint64_t idx = h.push(channel::make_quiet());
     if (idx == channel::kPushFailed || !h.wait_done(idx)) {
       if (on_error_) on_error_();
-      violation("QUIET on ring " + std::to_string(q) + " did not complete");
+      if (stop_.load(std::memory_order_relaxed)) throw Stopped{};
+      throw InternalError("workload rank " + std::to_string(rank_) + ": QUIET on ring " + std::to_string(q) +
+                          " did not complete");
     }
     res.quiet_ns.push_back(port::now_ns() - t0);
     ++res.commands;
@@ -248,6 +271,7 @@ void StreamWorkload::observer(WorkloadResult& res) {
       last_progress = now;
       continue;
     }
+    if (stop_.load(std::memory_order_relaxed)) throw Stopped{};
     if (on_error_) on_error_();
     if (now - last_progress > limit) {
       std::string what;
@@ -269,15 +293,19 @@ void StreamWorkload::barrier(uint64_t epoch, bool rail) {
   if (idx == channel::kPushFailed || !ctl.wait_done(idx)) {
     if (on_error_) on_error_();
     ch_.check_errors();
-    violation("barrier " + std::to_string(epoch) + " did not complete");
+    throw InternalError("workload rank " + std::to_string(rank_) + ": barrier " + std::to_string(epoch) +
+                        " did not complete");
   }
 }
 
 WorkloadResult StreamWorkload::run(const std::function<void()>& on_error) {
   on_error_ = on_error;
+  stop_ = false;
   const Geometry g{cfg_};
   std::vector<WorkloadResult> parts(cfg_.producers + 1);
-  std::vector<std::exception_ptr> errs(cfg_.producers + 1);
+  // In the order the threads failed: a violation found after a timeout still wins.
+  std::vector<std::exception_ptr> errs;
+  std::mutex errs_mu;
   barrier(1);
   {
     std::vector<std::thread> th;
@@ -286,14 +314,17 @@ WorkloadResult StreamWorkload::run(const std::function<void()>& on_error) {
         try {
           if (q < cfg_.producers) producer(q, parts[q]);
           else observer(parts[q]);
+        } catch (const Stopped&) {
+          // another thread failed first; its error is the one reported
         } catch (...) {
-          errs[q] = std::current_exception();
+          std::lock_guard<std::mutex> lk(errs_mu);
+          errs.push_back(std::current_exception());
+          stop_ = true;
         }
       });
     for (auto& t : th) t.join();
   }
-  for (auto& e : errs)
-    if (e) std::rethrow_exception(e);
+  if (std::exception_ptr e = first_by_precedence(errs)) std::rethrow_exception(e);
   barrier(2);
   // Acks for this rank's producers may still be in flight: wait for the totals, then require them
   // exactly (no signal lost or duplicated).

@@ -20,8 +20,14 @@
 //
 // Invariants checked: bytes in place when a signal is observed; every counter ends at exactly the
 // number of signals sent (none lost or duplicated) and never runs ahead of what was sent; QUIET
-// returns only after earlier writes landed. A violation throws anyep::InternalError naming the
-// stream, round and byte.
+// returns only after earlier writes landed. A violation throws testkit::DataViolation (an
+// anyep::InternalError) naming the stream, round and byte.
+//
+// Error precedence: a data violation is the error reported, ahead of any timeout it causes (an
+// observer that found corrupt bytes stops acking, so producers waiting for acks would time out).
+// run() records the threads' errors separately, stops the other threads once one failed, and
+// rethrows the first violation if there is one, else the first error; first_by_precedence() does
+// the same over ranks that share a process.
 //
 // Buffer layout of one rank (all sizes multiples of 16):
 //   recv[s][q]  = { ll[2][max_tokens][token_max], ht[ht_slots][chunk_max] }   for s < R, q < Q
@@ -29,14 +35,26 @@
 // Counters: ll(s,q,p) = 3(sQ+q)+p, ht_tail(s,q) = 3(sQ+q)+2, ll_ack(q) = 3RQ+2q, ht_head(q) = 3RQ+2q+1.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "channel/channel.h"
+#include "common/error.h"
 
 namespace anyep::testkit {
+
+// Bytes not in place, or a counter that does not match what was sent: the workload's own finding.
+struct DataViolation : InternalError {
+  explicit DataViolation(const std::string& w) : InternalError(w) {}
+};
+
+// Of several errors (one per thread or rank, null where none): the first data violation if any,
+// else the first error, else null.
+std::exception_ptr first_by_precedence(const std::vector<std::exception_ptr>& errs);
 
 struct WorkloadConfig {
   uint64_t seed = 1;
@@ -92,6 +110,7 @@ class StreamWorkload {
   channel::Channel& ch_;
   std::function<const uint8_t*(uint32_t)> peek_;
   std::function<void()> on_error_;
+  std::atomic<bool> stop_{false};  // a thread of this run failed: the others stop waiting
 };
 
 }  // namespace anyep::testkit

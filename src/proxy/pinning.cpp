@@ -35,9 +35,9 @@ std::vector<int> parse_cpu_list(const std::string& s, const std::string& what) {
 }
 
 std::vector<int> proxy_cpus(const std::vector<int>& config_cpus, int numa_node) {
-  const std::string env = env::get_string("ANYEP_PROXY_CPUS");
-  if (env == "none") return {};
-  if (env != "auto") return parse_cpu_list(env, "ANYEP_PROXY_CPUS");
+  const env::CpuChoice choice = env::get_cpu_choice("ANYEP_PROXY_CPUS");
+  if (choice.mode == env::CpuChoice::Mode::kNone) return {};
+  if (choice.mode == env::CpuChoice::Mode::kList) return choice.cpus;
   if (!config_cpus.empty()) return config_cpus;
   if (numa_node < 0) return {};
   const std::string line = read_first_line("/sys/devices/system/node/node" + std::to_string(numa_node) + "/cpulist");

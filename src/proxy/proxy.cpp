@@ -33,27 +33,19 @@ void exchange(transport::Transport& ep, transport::Bootstrap& boot, const Symmet
 
 ProxyConfig ProxyConfig::from_env() {
   ProxyConfig c;
-  const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
-  if (!(timeout_s > 0) || timeout_s > 1e9)
-    throw InvalidArgument("ANYEP_TIMEOUT_S=" + std::to_string(timeout_s) + ": expected a positive number of seconds");
-  c.timeout_ns = static_cast<uint64_t>(timeout_s * 1e9);
-  const std::string ord = env::get_string("ANYEP_PROXY_ORDERING");
+  c.timeout_ns = env::get_duration_ns("ANYEP_TIMEOUT_S");
+  const std::string ord = env::get_enum("ANYEP_PROXY_ORDERING");
   if (ord == "auto") c.ordering = Ordering::kAuto;
   else if (ord == "engine") c.ordering = Ordering::kEngine;
   else if (ord == "bypass") c.ordering = Ordering::kBypass;
   else throw InvalidArgument("ANYEP_PROXY_ORDERING='" + ord + "': expected auto, engine or bypass");
-  const int64_t rph = env::get_int("ANYEP_PROXY_RANKS_PER_HOST");
-  if (rph < 0 || rph > 1 << 20)
-    throw InvalidArgument("ANYEP_PROXY_RANKS_PER_HOST=" + std::to_string(rph) + ": expected 0 (detect) or 1.." +
-                          std::to_string(1 << 20));
+  const int64_t rph = env::get_count("ANYEP_PROXY_RANKS_PER_HOST");
   if (rph > 0) c.ranks_per_node = static_cast<uint32_t>(rph);
   return c;
 }
 
 uint32_t Proxy::default_threads() {
-  const int64_t t = env::get_int("ANYEP_PROXY_THREADS");
-  if (t < 1 || t > 64) throw InvalidArgument("ANYEP_PROXY_THREADS=" + std::to_string(t) + ": expected 1..64");
-  return static_cast<uint32_t>(t);
+  return static_cast<uint32_t>(env::get_count("ANYEP_PROXY_THREADS"));
 }
 
 Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel, std::vector<std::unique_ptr<transport::Transport>> endpoints,

@@ -50,8 +50,7 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "SM count");
   // One 1024-thread block per SM: all co-resident (the kernels wait on each other). ANYEP_LL_SMS
   // leaves SMs free for other work (e.g. copies the driver runs as kernels).
-  const int64_t want = env::get_int("ANYEP_LL_SMS");
-  if (want < 0) throw InvalidArgument("ANYEP_LL_SMS=" + std::to_string(want) + ": expected 0 (all SMs) or a block count");
+  const int64_t want = env::get_count("ANYEP_LL_SMS");
   num_blocks_ = want > 0 ? static_cast<int>(std::min<int64_t>(want, sms)) : sms;
   bool stage_in_host = false;
   if (path_ != LLPath::kAuto && num_ranks > 1) {
@@ -85,9 +84,7 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   }
   host_peers_.assign(num_ranks, nullptr);
   opened_.assign(num_ranks, false);
-  const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
-  if (!(timeout_s > 0)) throw InvalidArgument("ANYEP_TIMEOUT_S must be positive");
-  timeout_ns_ = static_cast<uint64_t>(timeout_s * 1e9);
+  timeout_ns_ = env::get_duration_ns("ANYEP_TIMEOUT_S");
   check_inputs_ = env::get_bool("ANYEP_LL_CHECK_INPUTS");
 }
 

@@ -20,7 +20,7 @@ constexpr uint32_t kRingCapacity = 4096;  // commands per ring (a DeepEP-shaped 
 }  // namespace
 
 LLPath parse_ll_path(const std::string& name) {
-  const std::string v = name.empty() ? env::get_string("ANYEP_LL_PATH") : name;
+  const std::string v = name.empty() ? env::get_enum("ANYEP_LL_PATH") : name;
   if (v == "auto") return LLPath::kAuto;
   if (v == "proxy-cuda-ipc") return LLPath::kProxyCudaIpc;
   if (v == "proxy-libfabric") return LLPath::kProxyLibfabric;
@@ -60,14 +60,13 @@ LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<
   const auto& caps = endpoints[0]->capabilities();
   transport_name_ = caps.backend + "/" + caps.provider;
   const uint32_t threads = static_cast<uint32_t>(endpoints.size());
-  const double timeout_s = env::get_double("ANYEP_TIMEOUT_S");
 
   channel::ChannelConfig cc;
   cc.num_rings = threads * kRingsPerThread;
   cc.capacity = kRingCapacity;
   cc.producer = channel::ProducerKind::kGpu;
   cc.cuda_device = device;
-  cc.timeout_ns = static_cast<uint64_t>(timeout_s * 1e9);
+  cc.timeout_ns = env::get_duration_ns("ANYEP_TIMEOUT_S");
   channel_ = std::make_unique<channel::Channel>(cc);
 
   cuda_check(cudaSetDevice(device), "cudaSetDevice");

@@ -1,6 +1,7 @@
 """Device tests of the LL Buffer (pytest). Each world configuration spawns its processes once and
 runs every check in ll_harness.CHECKS; each check is reported as its own test. Skips, saying why,
-without torch, without the compiled extension, or when the machine has fewer GPUs than a world
+without torch, without a GPU, without the compiled extension (no _C*.so in the build folder; one
+that is built but fails to import is an error), or when the machine has fewer GPUs than a world
 needs (the one-GPU worlds run wherever one GPU is visible)."""
 import os
 import socket
@@ -19,12 +20,24 @@ for cand in (os.path.join(os.environ.get("ANYEP_BUILD_DIR", os.path.join(HERE, "
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
 
+def _built_extensions():
+    """The compiled anyep._C files of the build folders on sys.path (python/anyep/_C*.so)."""
+    import glob
+    return [f for d in sys.path if os.path.isdir(os.path.join(d, "anyep"))
+            for f in glob.glob(os.path.join(d, "anyep", "_C*.so"))]
+
+
 def _skip_reason():
+    # Skip only where the suite cannot run: no GPU, or the extension was never built. A built
+    # extension that fails to import on a machine with torch and a GPU is a failure, not a skip.
     if not torch.cuda.is_available():
         return "no CUDA GPU visible"
     try:
         import anyep._C  # noqa: F401
     except ImportError as e:
+        built = _built_extensions()
+        if built:
+            raise ImportError(f"anyep._C is built ({', '.join(built)}) but does not import: {e}") from e
         return f"anyep._C is not built ({e}); configure with -DANYEP_PYTHON=ON"
     return None
 

@@ -456,7 +456,7 @@ std::unique_ptr<Bootstrap> make_tcp_bootstrap(const std::string& host, uint16_t 
                                               double timeout_s) {
   TcpBootstrapOptions opt;
   opt.timeout_s = timeout_s;
-  opt.secret = env::get_string("ANYEP_BOOTSTRAP_SECRET");
+  opt.secret = env::get_secret("ANYEP_BOOTSTRAP_SECRET");
   return make_tcp_bootstrap(host, port, rank, size, opt);
 }
 

@@ -211,12 +211,11 @@ std::unique_ptr<Transport> make_chaos_transport(std::unique_ptr<Transport> inner
 }
 
 std::optional<ChaosConfig> ChaosConfig::from_env() {
-  if (env::get_string("ANYEP_CHAOS_SEED").empty()) return std::nullopt;
+  const std::optional<uint64_t> seed = env::get_seed("ANYEP_CHAOS_SEED");
+  if (!seed) return std::nullopt;
   ChaosConfig cfg;
-  cfg.seed = static_cast<uint64_t>(env::get_int("ANYEP_CHAOS_SEED"));
-  int64_t d = env::get_int("ANYEP_CHAOS_MAX_DELAY");
-  if (d < 0 || d > 1000000) throw InvalidArgument("ANYEP_CHAOS_MAX_DELAY=" + std::to_string(d) + " is not in [0, 1000000]");
-  cfg.max_delay = static_cast<uint32_t>(d);
+  cfg.seed = *seed;
+  cfg.max_delay = static_cast<uint32_t>(env::get_count("ANYEP_CHAOS_MAX_DELAY"));
   return cfg;
 }
 

@@ -8,11 +8,9 @@ namespace anyep::transport::libfabric {
 
 LibfabricConfig LibfabricConfig::from_env() {
   LibfabricConfig c;
-  c.provider = env::get_string("ANYEP_FI_PROVIDER");
-  const int64_t nics = env::get_int("ANYEP_FI_NICS");
-  if (nics < 0 || nics > 64) throw InvalidArgument("ANYEP_FI_NICS=" + std::to_string(nics) + " not in [0, 64] (0: every domain)");
-  c.num_nics = static_cast<uint32_t>(nics);
-  const std::string s = env::get_string("ANYEP_FI_STRIPING");
+  c.provider = env::get_enum("ANYEP_FI_PROVIDER");
+  c.num_nics = static_cast<uint32_t>(env::get_count("ANYEP_FI_NICS"));
+  const std::string s = env::get_enum("ANYEP_FI_STRIPING");
   if (s == "bytes") c.striping = Striping::kBytes;
   else if (s == "dest") c.striping = Striping::kDest;
   else if (s == "rr") c.striping = Striping::kRoundRobin;

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "../gpu_count.h"
 #include "channel/channel.h"
 #include "push_kernels.h"
 
@@ -23,14 +24,8 @@ namespace {
     ASSERT_EQ(e_, cudaSuccess) << #x << ": " << cudaGetErrorString(e_);         \
   } while (0)
 
-#define SKIP_WITHOUT_GPU()                                                                       \
-  do {                                                                                           \
-    int n_ = 0;                                                                                  \
-    cudaError_t e_ = cudaGetDeviceCount(&n_);                                                    \
-    if (e_ != cudaSuccess || n_ == 0)                                                            \
-      GTEST_SKIP() << "no CUDA GPU visible (" << (e_ == cudaSuccess ? "0 devices" : cudaGetErrorString(e_)) \
-                   << "): GPU channel tests run on the device machine (scripts/device/channel.sh)"; \
-  } while (0)
+// Skips (saying why) only without a GPU; an unexpected CUDA error fails (tests/gpu/gpu_count.h).
+#define SKIP_WITHOUT_GPU() ANYEP_REQUIRE_GPUS(1)
 
 // Checks everything ring `r` delivers against the producers' schedule (see push_kernels.h):
 // each producer's commands arrive in push order, each exactly once, none torn.

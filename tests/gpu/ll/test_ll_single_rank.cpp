@@ -16,6 +16,7 @@
 #include <set>
 #include <vector>
 
+#include "../gpu_count.h"
 #include "common/error.h"
 #include "runtime/ll_api.h"
 #include "runtime/ll_buffer.h"
@@ -45,11 +46,6 @@ float from_e4m3(uint8_t b) {
   const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
   const float v = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
   return s ? -v : v;
-}
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
 // Device buffer poisoned with 0xff, freed at scope exit.
@@ -248,7 +244,7 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
 }
 
 TEST(LLSingleRank, DispatchCombineRounds) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
   LowLatencyBuffer buf(0, 1, std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
                                       LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
@@ -262,7 +258,7 @@ TEST(LLSingleRank, DispatchCombineRounds) {
 }
 
 TEST(LLSingleRank, RuntimeApiRounds) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
   LowLatencyBuffer buf(0, 1, std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
                                       LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
@@ -276,7 +272,7 @@ TEST(LLSingleRank, RuntimeApiRounds) {
 // The one check that needs the device: topk_idx values, copied to the host on the call's stream
 // (opt-in: ANYEP_LL_CHECK_INPUTS=1, read when the buffer is built).
 TEST(LLSingleRank, RuntimeApiChecksTopkValues) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  ANYEP_REQUIRE_GPUS(1);
   const int T = 8, H = 256, E = 4, K = 2;
   setenv("ANYEP_LL_CHECK_INPUTS", "1", 1);
   LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(T, H, 1, E));
@@ -386,7 +382,7 @@ TEST(LLSingleRank, MaskedRankIsSkipped) {
 }
 
 TEST(LLSingleRank, ShapeErrorsNameTheProblem) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  ANYEP_REQUIRE_GPUS(1);
   LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(8, 256, 1, 4));
   buf.connect({buf.local_info()});
   try {

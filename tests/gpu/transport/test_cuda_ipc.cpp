@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 
+#include "../gpu_count.h"
 #include "alltoall.h"
 #include "common/error.h"
 #include "testkit/shm_board.h"
@@ -21,20 +22,10 @@ using namespace anyep::transport;
 
 namespace {
 
-int gpu_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
+int gpu_count() { return ::anyep::gputest::count_gpus().n; }
 
-#define REQUIRE_GPUS(k)                                                                           \
-  do {                                                                                            \
-    if (gpu_count() < (k))                                                                        \
-      GTEST_SKIP() << "needs " << (k) << " CUDA GPU(s); cudaGetDeviceCount found " << gpu_count(); \
-  } while (0)
+// Skips (saying why) only without enough GPUs; an unexpected CUDA error fails (tests/gpu/gpu_count.h).
+#define REQUIRE_GPUS(k) ANYEP_REQUIRE_GPUS(k)
 
 using DevPtr = std::shared_ptr<uint8_t>;
 DevPtr dev_alloc(int device, size_t bytes, uint8_t fill) {

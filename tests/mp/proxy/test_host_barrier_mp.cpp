@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "proxy/proxy.h"
+#include "../provider_required.h"
 #include "testkit/mp_harness.h"
 #include "transport/factory.h"
 
@@ -60,7 +61,8 @@ struct BarrierRank {
 void require_tcp() {
   ::setenv("FI_TCP_IFACE", "lo", 0);
   std::string why;
-  if (!transport::available("tcp", &why)) throw testkit::Skip(why);
+  const bool ok = transport::available("tcp", &why);
+  mptest::require_in_rank<testkit::Skip>(ok, "tcp", why);
 }
 
 struct Case {

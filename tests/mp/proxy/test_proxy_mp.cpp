@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "../provider_required.h"
 #include "testkit/mp_harness.h"
 #include "testkit/workload_rank.h"
 #include "transport/factory.h"
@@ -28,7 +29,7 @@ TEST_P(ProxyMp, StreamWorkloadInvariantsHold) {
   const Case c = GetParam();
   ::setenv("FI_TCP_IFACE", "lo", 0);
   std::string why;
-  if (!transport::available(c.provider, &why)) GTEST_SKIP() << why;
+  ANYEP_REQUIRE_PROVIDER(transport::available(c.provider, &why), c.provider, why);
   testkit::RunOptions opt;
   opt.timeout_s = 90;
   auto res = testkit::run_ranks(c.ranks, [&](testkit::Rank& r) {
@@ -67,3 +68,4 @@ INSTANTIATE_TEST_SUITE_P(Libfabric, ProxyMp,
                            return std::string(i.param.provider) + "_" + std::to_string(i.param.ranks) + "ranks_" +
                                   std::to_string(i.param.threads) + "threads" + (i.param.chaos ? "_chaos" : "");
                          });
+

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <cstdlib>
 #include <thread>
 
@@ -25,8 +27,25 @@ TEST(Pinning, ParsesCpuLists) {
 TEST(Pinning, EnvironmentOverridesConfig) {
   ::setenv("ANYEP_PROXY_CPUS", "none", 1);
   EXPECT_TRUE(proxy_cpus({1, 2}, 0).empty());
-  ::setenv("ANYEP_PROXY_CPUS", "5,7", 1);
-  EXPECT_EQ(proxy_cpus({1, 2}, -1), (std::vector<int>{5, 7}));
+  // A list names CPUs this process may run on (checked by the environment reader).
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> two;
+  for (int c = CPU_SETSIZE - 1; c >= 0 && two.size() < 2; --c)
+    if (CPU_ISSET(c, &allowed)) two.insert(two.begin(), c);
+  const std::string list = std::to_string(two.front()) + "," + std::to_string(two.back());
+  ::setenv("ANYEP_PROXY_CPUS", list.c_str(), 1);
+  EXPECT_EQ(proxy_cpus({1, 2}, -1), (std::vector<int>{two.front(), two.back()}));
+  if (!CPU_ISSET(999, &allowed)) {
+    ::setenv("ANYEP_PROXY_CPUS", "999", 1);
+    try {
+      proxy_cpus({1, 2}, -1);
+      ADD_FAILURE() << "ANYEP_PROXY_CPUS=999 accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("ANYEP_PROXY_CPUS='999' names CPU 999"), std::string::npos) << e.what();
+    }
+  }
   ::setenv("ANYEP_PROXY_CPUS", "auto", 1);
   EXPECT_EQ(proxy_cpus({1, 2}, -1), (std::vector<int>{1, 2}));
   EXPECT_TRUE(proxy_cpus({}, -1).empty()) << "no NUMA node known: not pinned";

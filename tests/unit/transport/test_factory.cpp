@@ -164,6 +164,11 @@ TEST(Factory, ChaosFromTheEnvironmentThroughFromEnv) {
     const std::string m = error_of<InvalidArgument>([] { TransportSpec::from_env("loopback", 0, 1); });
     EXPECT_NE(m.find("ANYEP_CHAOS_SEED"), std::string::npos) << m;
   }
+  {
+    ScopedEnv seed("ANYEP_CHAOS_SEED", "garbage");  // the reproduction: was ignored
+    const std::string m = error_of<InvalidArgument>([] { TransportSpec::from_env("loopback", 0, 1); });
+    EXPECT_NE(m.find("ANYEP_CHAOS_SEED='garbage'"), std::string::npos) << m;
+  }
 }
 
 TEST(Factory, LibfabricOptionsFromTheEnvironment) {
@@ -191,7 +196,15 @@ TEST(Factory, LibfabricOptionsFromTheEnvironment) {
   {
     ScopedEnv bad("ANYEP_FI_NICS", "-1");
     const std::string m = error_of<InvalidArgument>([] { libfabric::LibfabricConfig::from_env(); });
-    EXPECT_NE(m.find("ANYEP_FI_NICS=-1"), std::string::npos) << m;
+    EXPECT_NE(m.find("ANYEP_FI_NICS='-1'"), std::string::npos) << m;
+  }
+  {
+    // The reproduction: an unknown provider was ignored; it is refused even where the
+    // transport name picks the provider (a documented variable either works or is refused).
+    ScopedEnv bad("ANYEP_FI_PROVIDER", "bogus");
+    const std::string m = error_of<InvalidArgument>([] { TransportSpec::from_env("tcp", 0, 2); });
+    EXPECT_NE(m.find("ANYEP_FI_PROVIDER='bogus' is not one of"), std::string::npos) << m;
+    EXPECT_NE(m.find("shm"), std::string::npos) << m;
   }
 }
 
