@@ -312,7 +312,7 @@ TEST(LLSingleRank, RuntimeApiChecksTopkValues) {
 
 // With the host check off (the default) the kernel refuses the expert and the next call names it.
 TEST(LLSingleRank, KernelRefusesOutOfRangeExpert) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  ANYEP_REQUIRE_GPUS(1);
   const int T = 8, H = 256, E = 4;
   LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(T, H, 1, E));
   ASSERT_FALSE(buf.check_inputs()) << "ANYEP_LL_CHECK_INPUTS is set in this environment";
@@ -346,7 +346,7 @@ TEST(LLSingleRank, KernelRefusesOutOfRangeExpert) {
 // Shrink mode at one rank: masking the rank itself empties every call (nothing sent, nothing
 // waited for: no timeout), the query reports it, and after clearing the mask a round trip is whole.
 TEST(LLSingleRank, MaskedRankIsSkipped) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible";
+  ANYEP_REQUIRE_GPUS(1);
   const Shape s{32, 512, 4, 8, 30};
   LowLatencyBuffer buf(0, 1, LowLatencyBuffer::size_hint(s.T, s.H, 1, s.E), -1, "", /*enable_shrink=*/true);
   buf.connect({buf.local_info()});

@@ -204,6 +204,7 @@ TEST(Env, UnsetOrEmptyGivesTheDeclaredDefaultAndEveryDefaultIsValid) {
         case env::Type::kEnum: env::get_enum(v.name); break;
         case env::Type::kSeed: env::get_seed(v.name); break;
         case env::Type::kCpuList: env::get_cpu_choice(v.name); break;
+        case env::Type::kSecret: env::get_secret(v.name); break;
       }
     }) << v.name << " default '" << v.default_value << "'";
   }
@@ -211,7 +212,7 @@ TEST(Env, UnsetOrEmptyGivesTheDeclaredDefaultAndEveryDefaultIsValid) {
 
 TEST(Env, ReadingAnUndeclaredNameOrWithTheWrongTypeThrows) {
   ScopedEnv e("ANYEP_NOT_DECLARED_ANYWHERE", "1");
-  for (int reader = 0; reader < 6; ++reader) {
+  for (int reader = 0; reader < 7; ++reader) {
     try {
       switch (reader) {
         case 0: env::get_duration_s("ANYEP_NOT_DECLARED_ANYWHERE"); break;
@@ -220,6 +221,7 @@ TEST(Env, ReadingAnUndeclaredNameOrWithTheWrongTypeThrows) {
         case 3: env::get_enum("ANYEP_NOT_DECLARED_ANYWHERE"); break;
         case 4: env::get_seed("ANYEP_NOT_DECLARED_ANYWHERE"); break;
         case 5: env::get_cpu_choice("ANYEP_NOT_DECLARED_ANYWHERE"); break;
+        case 6: env::get_secret("ANYEP_NOT_DECLARED_ANYWHERE"); break;
       }
       ADD_FAILURE() << "reader " << reader << " accepted an undeclared variable";
     } catch (const Error& err) {
