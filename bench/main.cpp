@@ -76,7 +76,8 @@ void report(const std::vector<Summary>& s, const std::vector<uint64_t>& rt, cons
             double wall_s) {
   uint64_t cmds = 0, bytes = 0, held = 0;
   double slowest = 0;
-  for (const Summary& x : s) cmds += x.commands, bytes += x.bytes, held += x.held, slowest = std::max(slowest, x.seconds);
+  for (const Summary& x : s)
+    cmds += x.commands, bytes += x.bytes, held += x.held, slowest = std::max(slowest, x.seconds);
   auto pct = [](std::vector<uint64_t> v, double p) {
     if (v.empty()) return 0.0;
     std::sort(v.begin(), v.end());
@@ -84,13 +85,15 @@ void report(const std::vector<Summary>& s, const std::vector<uint64_t>& rt, cons
   };
   // Honest about QUIET: its completion is checked, its data check (the bytes at the destination right
   // after it retires) needs the destination's buffer in this process (a peek), which this job never has.
-  std::printf("  result: OK (every signal's bytes verified by its receiver, counts exact, barriers and QUIET completion "
-              "checked; QUIET's data check not run: it needs the ranks in one process)\n");
+  std::printf(
+      "  result: OK (every signal's bytes verified by its receiver, counts exact, barriers and QUIET completion "
+      "checked; QUIET's data check not run: it needs the ranks in one process)\n");
   std::printf("  %llu commands in %.2f s = %.2f M commands/s across %zu ranks; payload %.3f GB/s\n",
               (unsigned long long)cmds, slowest, cmds / slowest / 1e6, s.size(), bytes / slowest / 1e9);
   std::printf("  signals held by the ordering engine until their writes landed: %llu\n", (unsigned long long)held);
-  std::printf("  LL round trip (count signal -> remote check -> ack), %zu samples: p50 %.1f us  p90 %.1f us  p99 %.1f us\n",
-              rt.size(), pct(rt, 0.5), pct(rt, 0.9), pct(rt, 0.99));
+  std::printf(
+      "  LL round trip (count signal -> remote check -> ack), %zu samples: p50 %.1f us  p90 %.1f us  p99 %.1f us\n",
+      rt.size(), pct(rt, 0.5), pct(rt, 0.9), pct(rt, 0.99));
   std::printf("  QUIET (push -> retired), %zu samples: p50 %.1f us  p99 %.1f us\n", quiet.size(), pct(quiet, 0.5),
               pct(quiet, 0.99));
   std::printf("  wall time %.2f s (setup included)\n", wall_s);
@@ -128,15 +131,24 @@ int main(int argc, char** argv) {
       } else {
         throw InvalidArgument(a.rfind("--", 0) == 0 ? a + " needs a value" : "unexpected argument '" + a + "'");
       }
-      if (a == "--ranks") ranks = uint32_t(parse_count(a, v, 1, 64));
-      else if (a == "--threads") threads = uint32_t(parse_count(a, v, 1, w.producers + 1));
-      else if (a == "--provider") provider = parse_choice(a, v, {"shm", "tcp", "loopback"});
-      else if (a == "--rounds") w.ll_rounds = uint32_t(parse_count(a, v, 1, 10000000)), w.ht_chunks = 2 * w.ll_rounds;
-      else if (a == "--seed") w.seed = parse_count(a, v, 0, UINT64_MAX);
-      else if (a == "--timeout-s") w.timeout_s = parse_seconds(a, v, 1e-3, 3600);
-      else if (a == "--liveness-s") liveness_s = parse_seconds(a, v, 1e-3, 3600);
-      else if (a == "--job-timeout-s") job_timeout_s = parse_seconds(a, v, 1e-3, 86400);
-      else throw InvalidArgument("unknown option " + a);
+      if (a == "--ranks")
+        ranks = uint32_t(parse_count(a, v, 1, 64));
+      else if (a == "--threads")
+        threads = uint32_t(parse_count(a, v, 1, w.producers + 1));
+      else if (a == "--provider")
+        provider = parse_choice(a, v, {"shm", "tcp", "loopback"});
+      else if (a == "--rounds")
+        w.ll_rounds = uint32_t(parse_count(a, v, 1, 10000000)), w.ht_chunks = 2 * w.ll_rounds;
+      else if (a == "--seed")
+        w.seed = parse_count(a, v, 0, UINT64_MAX);
+      else if (a == "--timeout-s")
+        w.timeout_s = parse_seconds(a, v, 1e-3, 3600);
+      else if (a == "--liveness-s")
+        liveness_s = parse_seconds(a, v, 1e-3, 3600);
+      else if (a == "--job-timeout-s")
+        job_timeout_s = parse_seconds(a, v, 1e-3, 86400);
+      else
+        throw InvalidArgument("unknown option " + a);
     }
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "anyep_main: %s\n%s", e.what(), kUsage);
@@ -146,19 +158,23 @@ int main(int argc, char** argv) {
   ::setenv("FI_TCP_IFACE", "lo", 0);  // 127.0.0.1 only
   // No silent fallback: loopback only when asked for by name.
   if (std::string why; provider != "loopback" && !transport::available(provider, &why)) {
-    std::fprintf(stderr,
-                 "anyep_main: --provider %s is not available here: %s\n"
-                 "  (--provider loopback runs the ranks as threads of one process over the in-process loopback transport)\n",
-                 provider.c_str(), why.c_str());
+    std::fprintf(
+        stderr,
+        "anyep_main: --provider %s is not available here: %s\n"
+        "  (--provider loopback runs the ranks as threads of one process over the in-process loopback transport)\n",
+        provider.c_str(), why.c_str());
     return 2;
   }
 
-  std::printf("anyep_main: CPU-only proxy pipeline (no GPU used): producers -> rings -> proxies -> transport -> "
-              "ordering engine -> counters\n");
-  std::printf("  seed %llu, %u ranks x (%u producer warps + 1 observer), %u proxy threads per rank, LL %u rounds of <= %u x %u B "
-              "tokens, HT %u chunks of <= %u B per producer\n",
-              (unsigned long long)w.seed, ranks, w.producers, threads, w.ll_rounds, w.max_tokens, w.token_max,
-              w.ht_chunks, w.chunk_max);
+  std::printf(
+      "anyep_main: CPU-only proxy pipeline (no GPU used): producers -> rings -> proxies -> transport -> "
+      "ordering engine -> counters\n");
+  std::printf(
+      "  seed %llu, %u ranks x (%u producer warps + 1 observer), %u proxy threads per rank, LL %u rounds of <= %u x %u "
+      "B "
+      "tokens, HT %u chunks of <= %u B per producer\n",
+      (unsigned long long)w.seed, ranks, w.producers, threads, w.ll_rounds, w.max_tokens, w.token_max, w.ht_chunks,
+      w.chunk_max);
   const auto t0 = std::chrono::steady_clock::now();
   try {
     if (provider == "loopback") {
@@ -201,11 +217,13 @@ int main(int argc, char** argv) {
         rt.insert(rt.end(), res[r].ll_round_trip_ns.begin(), res[r].ll_round_trip_ns.end());
         q.insert(q.end(), res[r].quiet_ns.begin(), res[r].quiet_ns.end());
       }
-      std::printf("  ordering engine: %s\n", cl.rank(0).proxy->bypass() ? "bypassed (loopback lands writes in order)" : "on");
+      std::printf("  ordering engine: %s\n",
+                  cl.rank(0).proxy->bypass() ? "bypassed (loopback lands writes in order)" : "on");
       report(sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       return 0;
     }
-    std::printf("  transport: libfabric %s, every rank its own process, TCP bootstrap on 127.0.0.1\n", provider.c_str());
+    std::printf("  transport: libfabric %s, every rank its own process, TCP bootstrap on 127.0.0.1\n",
+                provider.c_str());
     testkit::RunOptions opt;
     opt.bootstrap_timeout_s = 20;
     opt.timeout_s = job_timeout_s;
@@ -217,27 +235,38 @@ int main(int argc, char** argv) {
       std::printf("\n");
       std::fflush(stdout);
     };
-    auto res = testkit::run_ranks(ranks, [&](testkit::Rank& r) {
-      RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *r.boot, [&](uint32_t) {
-        return transport::make_transport(transport::TransportSpec::from_env(provider, r.rank, ranks));
-      });
-      Summary s{run.result.commands, run.result.payload_bytes, run.stats.commands, run.stats.signals_held,
-                run.seconds, run.bypass, uint32_t(run.result.ll_round_trip_ns.size()), uint32_t(run.result.quiet_ns.size())};
-      r.result = pack(s, run.result.ll_round_trip_ns, run.result.quiet_ns);
-    }, opt);
+    auto res = testkit::run_ranks(
+        ranks,
+        [&](testkit::Rank& r) {
+          RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *r.boot, [&](uint32_t) {
+            return transport::make_transport(transport::TransportSpec::from_env(provider, r.rank, ranks));
+          });
+          Summary s{run.result.commands,
+                    run.result.payload_bytes,
+                    run.stats.commands,
+                    run.stats.signals_held,
+                    run.seconds,
+                    run.bypass,
+                    uint32_t(run.result.ll_round_trip_ns.size()),
+                    uint32_t(run.result.quiet_ns.size())};
+          r.result = pack(s, run.result.ll_round_trip_ns, run.result.quiet_ns);
+        },
+        opt);
     std::vector<Summary> sums(ranks);
     std::vector<uint64_t> rt, q;
     bool ok = res.ok();
     for (uint32_t r = 0; ok && r < ranks; ++r) ok = unpack(res.ranks[r].result, sums[r], rt, q);
     if (!ok) {
       if (res.culprit >= 0)
-        std::fprintf(stderr, "anyep_main: FAILED after %.2f s: %s\n", res.seconds_to_culprit, res.culprit_message.c_str());
+        std::fprintf(stderr, "anyep_main: FAILED after %.2f s: %s\n", res.seconds_to_culprit,
+                     res.culprit_message.c_str());
       else
         std::fprintf(stderr, "anyep_main: FAILED\n");
       std::fprintf(stderr, "%s", res.summary().c_str());
       return 1;
     }
-    std::printf("  ordering engine: %s\n", sums[0].bypass ? "bypassed (the provider lands writes in order)" : "on (the provider may reorder)");
+    std::printf("  ordering engine: %s\n",
+                sums[0].bypass ? "bypassed (the provider lands writes in order)" : "on (the provider may reorder)");
     report(sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "anyep_main: %s\n", e.what());

@@ -23,7 +23,8 @@ class Member final : public transport::Bootstrap {
 }  // namespace
 
 std::unique_ptr<transport::Bootstrap> InProcessGroup::member(uint32_t rank) {
-  if (rank >= size_) throw InvalidArgument("in-process bootstrap: rank " + std::to_string(rank) + " of " + std::to_string(size_));
+  if (rank >= size_)
+    throw InvalidArgument("in-process bootstrap: rank " + std::to_string(rank) + " of " + std::to_string(size_));
   return std::make_unique<Member>(this, rank);
 }
 
@@ -50,8 +51,8 @@ std::vector<std::vector<uint8_t>> InProcessGroup::allgather(uint32_t rank, const
       if (!missing.empty()) missing += ',';
       missing += std::to_string(r);
     }
-    throw TimeoutError("in-process bootstrap: rank " + std::to_string(rank) + " waited " +
-                       std::to_string(timeout_s_) + " s in allgather; ranks never arrived: " + missing);
+    throw TimeoutError("in-process bootstrap: rank " + std::to_string(rank) + " waited " + std::to_string(timeout_s_) +
+                       " s in allgather; ranks never arrived: " + missing);
   }
   return out_;
 }

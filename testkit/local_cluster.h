@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "channel/channel.h"
-#include "testkit/inproc_bootstrap.h"
 #include "proxy/proxy.h"
+#include "testkit/inproc_bootstrap.h"
 
 namespace anyep::testkit {
 
@@ -23,12 +23,12 @@ EndpointFactory loopback_factory(uint32_t ranks, uint32_t threads);
 struct LocalClusterConfig {
   uint32_t ranks = 2;
   uint32_t threads = 1;
-  uint32_t rings = 1;             // rings per rank (>= threads)
+  uint32_t rings = 1;  // rings per rank (>= threads)
   uint32_t ring_capacity = 1024;
   uint64_t buffer_bytes = 1 << 20;
   uint32_t num_counters = 64;
-  proxy::ProxyConfig proxy;              // counters are filled in per rank
-  EndpointFactory endpoints;      // empty: loopback
+  proxy::ProxyConfig proxy;   // counters are filled in per rank
+  EndpointFactory endpoints;  // empty: loopback
   double bootstrap_timeout_s = 30;
 };
 

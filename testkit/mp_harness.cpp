@@ -31,7 +31,8 @@ static_assert(Beat::is_always_lock_free, "heartbeats cross processes: lock-free 
 
 Beat* map_beats(uint32_t n) {
   void* p = ::mmap(nullptr, sizeof(Beat) * n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::runtime_error("run_ranks: mmap of the heartbeat page: " + std::string(std::strerror(errno)));
+  if (p == MAP_FAILED)
+    throw std::runtime_error("run_ranks: mmap of the heartbeat page: " + std::string(std::strerror(errno)));
   Beat* b = static_cast<Beat*>(p);
   for (uint32_t r = 0; r < n; ++r) new (b + r) Beat(0);
   return b;
@@ -104,8 +105,13 @@ std::string proc_state(pid_t pid) {
   size_t at = line.rfind(')');
   if (at == std::string::npos || at + 2 >= line.size()) return "unknown";
   char c = line[at + 2];
-  const char* what = c == 'T' ? "stopped" : c == 't' ? "traced" : c == 'D' ? "uninterruptible sleep"
-                   : c == 'R' ? "running" : c == 'S' ? "sleeping" : c == 'Z' ? "zombie" : "?";
+  const char* what = c == 'T'   ? "stopped"
+                     : c == 't' ? "traced"
+                     : c == 'D' ? "uninterruptible sleep"
+                     : c == 'R' ? "running"
+                     : c == 'S' ? "sleeping"
+                     : c == 'Z' ? "zombie"
+                                : "?";
   return std::string(1, c) + " (" + what + ")";
 }
 
@@ -121,21 +127,36 @@ struct Child {
 
 std::string signal_name(int sig) {
   switch (sig) {
-    case SIGKILL: return "SIGKILL";
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGABRT: return "SIGABRT";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGSTOP: return "SIGSTOP";
-    case SIGHUP: return "SIGHUP";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGUSR2: return "SIGUSR2";
-    default: return "signal " + std::to_string(sig);
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGSTOP:
+      return "SIGSTOP";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    default:
+      return "signal " + std::to_string(sig);
   }
 }
 
@@ -208,8 +229,10 @@ RunResult run_ranks(uint32_t n, const std::function<void(Rank&)>& fn, const RunO
       me.size = n;
       me.port = port;
       me.secret = secret;
-      if (r == 0) me.listen_fd = lfd;
-      else ::close(lfd);
+      if (r == 0)
+        me.listen_fd = lfd;
+      else
+        ::close(lfd);
       child_main(me, fn, opt, p[1], beats);
     }
     ::close(p[1]);
@@ -251,19 +274,23 @@ RunResult run_ranks(uint32_t n, const std::function<void(Rank&)>& fn, const RunO
     }
     RankOutcome& o = res.ranks[r];
     uint64_t head[2] = {0, 0};
-    const bool framed = c.bytes.size() >= sizeof head &&
-                        (std::memcpy(head, c.bytes.data(), sizeof head), c.bytes.size() == sizeof head + head[0] + head[1]);
+    const bool framed = c.bytes.size() >= sizeof head && (std::memcpy(head, c.bytes.data(), sizeof head),
+                                                          c.bytes.size() == sizeof head + head[0] + head[1]);
     if (framed) {
       o.message = c.bytes.substr(sizeof head, head[0]);
       o.result = c.bytes.substr(sizeof head + head[0]);
     }
     if (WIFEXITED(st)) {
       const int code = WEXITSTATUS(st);
-      o.status = code == 0 ? RankOutcome::Status::kOk : code == 2 ? RankOutcome::Status::kSkipped : RankOutcome::Status::kFailed;
-      if (code == 0 && !framed) o.status = RankOutcome::Status::kFailed, o.message = "returned, but its report is incomplete";
+      o.status = code == 0   ? RankOutcome::Status::kOk
+                 : code == 2 ? RankOutcome::Status::kSkipped
+                             : RankOutcome::Status::kFailed;
+      if (code == 0 && !framed)
+        o.status = RankOutcome::Status::kFailed, o.message = "returned, but its report is incomplete";
       if (code != 0 && code != 1 && code != 2) o.message = "exited with code " + std::to_string(code) + " " + o.message;
       if (o.status == RankOutcome::Status::kFailed && opt.kill_all_on_failure) set_culprit(r, "failed: " + o.message);
-    } else if (WIFSIGNALED(st) && o.status != RankOutcome::Status::kStalled && o.status != RankOutcome::Status::kKilled) {
+    } else if (WIFSIGNALED(st) && o.status != RankOutcome::Status::kStalled &&
+               o.status != RankOutcome::Status::kKilled) {
       o.status = RankOutcome::Status::kCrashed;
       o.message = "killed by signal " + std::to_string(WTERMSIG(st)) + " (" + signal_name(WTERMSIG(st)) + ")";
       set_culprit(r, "was " + o.message);
@@ -310,15 +337,16 @@ RunResult run_ranks(uint32_t n, const std::function<void(Rank&)>& fn, const RunO
       } else if (now - c.beat_seen > liveness) {
         char secs[32];
         std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(now - c.beat_seen).count());
-        const std::string what = "stopped responding: no heartbeat for " + std::string(secs) +
-                                 " s (process state " + proc_state(c.pid) + ")";
+        const std::string what = "stopped responding: no heartbeat for " + std::string(secs) + " s (process state " +
+                                 proc_state(c.pid) + ")";
         set_culprit(r, what);
         kill_and_reap(r, RankOutcome::Status::kStalled, what + "; killed");
       }
     }
     if (alive && now >= kill_at) {
       for (uint32_t r = 0; r < n; ++r)
-        if (!kids[r].done) kill_and_reap(r, RankOutcome::Status::kKilled, "killed by the harness after " + res.culprit_message);
+        if (!kids[r].done)
+          kill_and_reap(r, RankOutcome::Status::kKilled, "killed by the harness after " + res.culprit_message);
     }
     if (alive && now >= deadline) {
       for (uint32_t r = 0; r < n; ++r)
@@ -340,8 +368,10 @@ bool RunResult::ok() const {
 bool RunResult::skipped() const {
   bool any = false;
   for (const auto& r : ranks) {
-    if (r.status == RankOutcome::Status::kSkipped) any = true;
-    else if (r.status != RankOutcome::Status::kOk) return false;
+    if (r.status == RankOutcome::Status::kSkipped)
+      any = true;
+    else if (r.status != RankOutcome::Status::kOk)
+      return false;
   }
   return any;
 }

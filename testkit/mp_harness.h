@@ -86,12 +86,12 @@ struct RankOutcome {
 
 struct RunResult {
   std::vector<RankOutcome> ranks;
-  int culprit = -1;               // the first rank that crashed, stalled (or failed, with
-  std::string culprit_message;    // kill_all_on_failure), and what happened to it
-  double seconds_to_culprit = 0;  // from the start of the run to its detection
+  int culprit = -1;                      // the first rank that crashed, stalled (or failed, with
+  std::string culprit_message;           // kill_all_on_failure), and what happened to it
+  double seconds_to_culprit = 0;         // from the start of the run to its detection
   std::vector<std::string> shm_removed;  // /dev/shm files of dead ranks the harness removed
-  bool ok() const;       // every rank returned normally
-  bool skipped() const;  // some rank skipped (and none failed)
+  bool ok() const;                       // every rank returned normally
+  bool skipped() const;                  // some rank skipped (and none failed)
   std::string skip_reason() const;
   std::string summary() const;  // one line per rank that did not pass
 };
@@ -112,17 +112,17 @@ std::vector<std::string> shm_files_of(pid_t pid, bool remove);
 }  // namespace anyep::testkit
 
 // Inside a rank: throw with file:line and a message when cond is false.
-#define ANYEP_MP_CHECK(cond, msg)                                                                   \
-  do {                                                                                             \
-    if (!(cond))                                                                                   \
-      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) +              \
-                               ": check failed: " #cond ": " + std::string(msg));                   \
+#define ANYEP_MP_CHECK(cond, msg)                                                                                     \
+  do {                                                                                                                \
+    if (!(cond))                                                                                                      \
+      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) + ": check failed: " #cond ": " + \
+                               std::string(msg));                                                                     \
   } while (0)
 
 // In the gtest body: skip when a rank skipped, otherwise require every rank to pass.
-#define ANYEP_EXPECT_RANKS_OK(res)                                          \
-  do {                                                                     \
-    const auto& _r = (res);                                                \
-    if (_r.skipped()) GTEST_SKIP() << _r.skip_reason();                    \
-    EXPECT_TRUE(_r.ok()) << _r.summary();                                  \
+#define ANYEP_EXPECT_RANKS_OK(res)                      \
+  do {                                                  \
+    const auto& _r = (res);                             \
+    if (_r.skipped()) GTEST_SKIP() << _r.skip_reason(); \
+    EXPECT_TRUE(_r.ok()) << _r.summary();               \
   } while (0)

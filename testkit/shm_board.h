@@ -24,20 +24,20 @@ extern char** environ;
 namespace anyep::testkit {
 
 inline constexpr uint32_t kBoardMaxRanks = 16;
-inline constexpr uint32_t kBoardRounds = 8;       // allgather rounds available
+inline constexpr uint32_t kBoardRounds = 8;        // allgather rounds available
 inline constexpr uint32_t kBoardBlobBytes = 1024;  // per rank per round
 inline constexpr uint32_t kBoardMsgBytes = 1024;   // result line per rank
 
 struct BoardLayout {
   uint32_t num_ranks;
   uint32_t pad;
-  uint64_t barrier_arrivals;                    // monotonic: barrier k completes at n * k arrivals
-  uint64_t round_arrivals[kBoardRounds];        // allgather round r complete at n arrivals
-  uint64_t rank_barriers[kBoardMaxRanks];       // barriers each rank has entered (for messages)
+  uint64_t barrier_arrivals;               // monotonic: barrier k completes at n * k arrivals
+  uint64_t round_arrivals[kBoardRounds];   // allgather round r complete at n arrivals
+  uint64_t rank_barriers[kBoardMaxRanks];  // barriers each rank has entered (for messages)
   uint32_t blob_size[kBoardRounds][kBoardMaxRanks];
   uint8_t blob[kBoardRounds][kBoardMaxRanks][kBoardBlobBytes];
-  int32_t done[kBoardMaxRanks];                 // 1: the rank wrote its result
-  char msg[kBoardMaxRanks][kBoardMsgBytes];     // "" = success, else what failed
+  int32_t done[kBoardMaxRanks];              // 1: the rank wrote its result
+  char msg[kBoardMaxRanks][kBoardMsgBytes];  // "" = success, else what failed
 };
 
 class Board {
@@ -56,7 +56,9 @@ class Board {
     if (fd < 0) throw std::runtime_error("board: cannot open " + name);
     return Board(fd, name, false);
   }
-  Board(Board&& o) noexcept : l_(o.l_), name_(std::move(o.name_)), owner_(o.owner_) { o.l_ = nullptr, o.owner_ = false; }
+  Board(Board&& o) noexcept : l_(o.l_), name_(std::move(o.name_)), owner_(o.owner_) {
+    o.l_ = nullptr, o.owner_ = false;
+  }
   ~Board() {
     if (l_) munmap(l_, sizeof(BoardLayout));
     if (owner_) shm_unlink(name_.c_str());

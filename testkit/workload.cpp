@@ -67,7 +67,9 @@ struct StreamWorkload::Geometry {
   uint64_t stream() const { return ll_area() + uint64_t(c.ht_slots) * c.chunk_max; }
   uint64_t recv(uint32_t s, uint32_t q) const { return (uint64_t(s) * c.producers + q) * stream(); }
   uint64_t send(uint32_t q) const { return (uint64_t(c.ranks) * c.producers + q) * stream(); }
-  uint64_t ll(uint64_t base, uint32_t p, uint32_t i) const { return base + (uint64_t(p) * c.max_tokens + i) * c.token_max; }
+  uint64_t ll(uint64_t base, uint32_t p, uint32_t i) const {
+    return base + (uint64_t(p) * c.max_tokens + i) * c.token_max;
+  }
   uint64_t ht(uint64_t base, uint32_t slot) const { return base + ll_area() + uint64_t(slot) * c.chunk_max; }
   uint32_t ctr_ll(uint32_t s, uint32_t q, uint32_t p) const { return 3 * (s * c.producers + q) + p; }
   uint32_t ctr_tail(uint32_t s, uint32_t q) const { return 3 * (s * c.producers + q) + 2; }
@@ -80,7 +82,9 @@ struct StreamWorkload::Geometry {
   uint32_t token_bytes(uint32_t s, uint32_t q, uint32_t r, uint32_t i) const {
     return 16 * (1 + static_cast<uint32_t>(key(c.seed, kLL, s, q, r, i) % (c.token_max / 16)));
   }
-  uint64_t token_key(uint32_t s, uint32_t q, uint32_t r, uint32_t i) const { return key(c.seed, kLL, s, q, r, i) ^ 0xabc; }
+  uint64_t token_key(uint32_t s, uint32_t q, uint32_t r, uint32_t i) const {
+    return key(c.seed, kLL, s, q, r, i) ^ 0xabc;
+  }
   uint32_t chunk_bytes(uint32_t s, uint32_t q, uint32_t k) const {
     return 32 * (1 + static_cast<uint32_t>(key(c.seed, kHT, s, q, k, 0) % (c.chunk_max / 32)));
   }
@@ -162,11 +166,14 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
     if (r > 0)
       for (uint32_t i = 0, n = g.tokens(s, q, r - 1); i < n; ++i)
         if (int64_t b = mismatch(remote + g.ll(g.recv(s, q), (r - 1) & 1, i), g.token_bytes(s, q, r - 1, i),
-                                 g.token_key(s, q, r - 1, i)); b >= 0)
-          violation("QUIET retired but LL round " + std::to_string(r - 1) + " token " + std::to_string(i) +
-                    " byte " + std::to_string(b) + " is not at rank " + std::to_string(d));
+                                 g.token_key(s, q, r - 1, i));
+            b >= 0)
+          violation("QUIET retired but LL round " + std::to_string(r - 1) + " token " + std::to_string(i) + " byte " +
+                    std::to_string(b) + " is not at rank " + std::to_string(d));
     if (k > 0)
-      if (int64_t b = mismatch(remote + g.ht(g.recv(s, q), (k - 1) % S), g.chunk_bytes(s, q, k - 1), g.chunk_key(s, q, k - 1)); b >= 0)
+      if (int64_t b =
+              mismatch(remote + g.ht(g.recv(s, q), (k - 1) % S), g.chunk_bytes(s, q, k - 1), g.chunk_key(s, q, k - 1));
+          b >= 0)
         violation("QUIET retired but HT chunk " + std::to_string(k - 1) + " byte " + std::to_string(b) +
                   " is not at rank " + std::to_string(d));
   };
@@ -219,7 +226,9 @@ void StreamWorkload::observer(WorkloadResult& res) {
   const Geometry g{cfg_};
   const channel::RingHandle ctl = ch_.producer(cfg_.producers);
   const uint32_t rounds = cfg_.ll_rounds, chunks = cfg_.ht_chunks, S = cfg_.ht_slots;
-  struct Stream { uint32_t s, q, next_ll = 0, next_ht = 0; };
+  struct Stream {
+    uint32_t s, q, next_ll = 0, next_ht = 0;
+  };
   std::vector<Stream> streams;
   for (uint32_t s = 0; s < cfg_.ranks; ++s)
     for (uint32_t q = 0; q < cfg_.producers; ++q)
@@ -240,7 +249,8 @@ void StreamWorkload::observer(WorkloadResult& res) {
                     " was checked: a signal was duplicated");
         if (c < r / 2 + 1) break;
         for (uint32_t i = 0, n = g.tokens(s, q, r); i < n; ++i)
-          if (int64_t b = mismatch(buf_ + g.ll(g.recv(s, q), p, i), g.token_bytes(s, q, r, i), g.token_key(s, q, r, i)); b >= 0)
+          if (int64_t b = mismatch(buf_ + g.ll(g.recv(s, q), p, i), g.token_bytes(s, q, r, i), g.token_key(s, q, r, i));
+              b >= 0)
             violation("LL count signal of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") round " +
                       std::to_string(r) + " observed, but token " + std::to_string(i) + " byte " + std::to_string(b) +
                       " is not in place");
@@ -252,10 +262,12 @@ void StreamWorkload::observer(WorkloadResult& res) {
       const uint64_t tail = port::load_acquire_system(&counters_[g.ctr_tail(s, q)]);
       if (tail > chunks || tail > st.next_ht + S)
         violation("HT tail of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") is " +
-                  std::to_string(tail) + " with " + std::to_string(st.next_ht) + " chunks consumed: a signal was duplicated");
+                  std::to_string(tail) + " with " + std::to_string(st.next_ht) +
+                  " chunks consumed: a signal was duplicated");
       if (tail > st.next_ht) {
         for (uint32_t k = st.next_ht; k < tail; ++k)
-          if (int64_t b = mismatch(buf_ + g.ht(g.recv(s, q), k % S), g.chunk_bytes(s, q, k), g.chunk_key(s, q, k)); b >= 0)
+          if (int64_t b = mismatch(buf_ + g.ht(g.recv(s, q), k % S), g.chunk_bytes(s, q, k), g.chunk_key(s, q, k));
+              b >= 0)
             violation("HT tail of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") reached " +
                       std::to_string(tail) + ", but chunk " + std::to_string(k) + " byte " + std::to_string(b) +
                       " is not in place");
@@ -278,8 +290,8 @@ void StreamWorkload::observer(WorkloadResult& res) {
       for (const Stream& st : streams)
         if (st.next_ll < rounds || st.next_ht < chunks)
           what += " (src " + std::to_string(st.s) + ", producer " + std::to_string(st.q) + "): LL round " +
-                  std::to_string(st.next_ll) + "/" + std::to_string(rounds) + ", HT chunk " + std::to_string(st.next_ht) +
-                  "/" + std::to_string(chunks) + ";";
+                  std::to_string(st.next_ll) + "/" + std::to_string(rounds) + ", HT chunk " +
+                  std::to_string(st.next_ht) + "/" + std::to_string(chunks) + ";";
       throw TimeoutError("workload rank " + std::to_string(rank_) + " observer: no progress for " +
                          std::to_string(cfg_.timeout_s) + " s; waiting for" + what);
     }
@@ -312,8 +324,10 @@ WorkloadResult StreamWorkload::run(const std::function<void()>& on_error) {
     for (uint32_t q = 0; q <= cfg_.producers; ++q)
       th.emplace_back([&, q] {
         try {
-          if (q < cfg_.producers) producer(q, parts[q]);
-          else observer(parts[q]);
+          if (q < cfg_.producers)
+            producer(q, parts[q]);
+          else
+            observer(parts[q]);
         } catch (const Stopped&) {
           // another thread failed first; its error is the one reported
         } catch (...) {
@@ -335,7 +349,9 @@ WorkloadResult StreamWorkload::run(const std::function<void()>& on_error) {
   barrier(3);  // every rank is past its waits: no more traffic is owed to anyone
   auto expect = [&](uint32_t idx, uint64_t want, const std::string& what) {
     const uint64_t v = port::load_acquire_system(&counters_[idx]);
-    if (v != want) violation(what + " counter " + std::to_string(idx) + " is " + std::to_string(v) + ", expected " + std::to_string(want));
+    if (v != want)
+      violation(what + " counter " + std::to_string(idx) + " is " + std::to_string(v) + ", expected " +
+                std::to_string(want));
   };
   for (uint32_t s = 0; s < cfg_.ranks; ++s)
     for (uint32_t q = 0; q < cfg_.producers; ++q) {

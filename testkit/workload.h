@@ -71,8 +71,8 @@ struct WorkloadConfig {
 };
 
 struct WorkloadResult {
-  uint64_t commands = 0;       // pushed by this rank's producers and observer
-  uint64_t payload_bytes = 0;  // WRITE bytes pushed by this rank's producers
+  uint64_t commands = 0;                   // pushed by this rank's producers and observer
+  uint64_t payload_bytes = 0;              // WRITE bytes pushed by this rank's producers
   std::vector<uint64_t> ll_round_trip_ns;  // count signal pushed -> ack observed back
   std::vector<uint64_t> quiet_ns;          // QUIET pushed -> retired
 };
@@ -80,8 +80,8 @@ struct WorkloadResult {
 class StreamWorkload {
  public:
   // `peek(r)` returns rank r's buffer when ranks share this process, else nullptr.
-  StreamWorkload(const WorkloadConfig& cfg, uint32_t rank, uint8_t* buffer, uint64_t* counters, channel::Channel& channel,
-                 std::function<const uint8_t*(uint32_t)> peek = {});
+  StreamWorkload(const WorkloadConfig& cfg, uint32_t rank, uint8_t* buffer, uint64_t* counters,
+                 channel::Channel& channel, std::function<const uint8_t*(uint32_t)> peek = {});
 
   static uint64_t buffer_bytes(const WorkloadConfig& c);
   static uint32_t num_counters(const WorkloadConfig& c);

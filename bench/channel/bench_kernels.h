@@ -19,7 +19,7 @@ struct LoadParams {
   uint32_t warps;
   uint64_t duration_ns;  // each warp stops stepping this long after its start
   uint64_t period_ns;
-  int warp_push;          // 1: RingHandle::push_warp (one claim per warp), 0: push (one per lane)
+  int warp_push;                 // 1: RingHandle::push_warp (one claim per warp), 0: push (one per lane)
   unsigned long long* pushed;    // device: commands pushed (sum over warps)
   unsigned long long* failures;  // device: pushes that timed out
 };

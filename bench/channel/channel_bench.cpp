@@ -141,7 +141,8 @@ Calibration calibrate(uint32_t n = 2000) {
     port::store_release_system(ping, i);
     uint32_t v;
     while ((v = port::load_acquire_system(pong)) != i) {
-      if (v == ~0u || port::now_ns() - t0 > 2'000'000'000ull) throw std::runtime_error("clock calibration: GPU did not answer");
+      if (v == ~0u || port::now_ns() - t0 > 2'000'000'000ull)
+        throw std::runtime_error("clock calibration: GPU did not answer");
     }
     const uint64_t t1 = port::now_ns();
     samples.emplace_back(t1 - t0, static_cast<int64_t>(gtime[i]) - static_cast<int64_t>((t0 + t1) / 2));
@@ -174,19 +175,23 @@ struct Options {
 
 Point run_gpu(const Options& o, uint32_t T, double rate_mps, int warp_push, Calibration& cal) {
   cal = calibrate();
-  Channel ch({.num_rings = o.rings, .capacity = o.capacity, .producer = ProducerKind::kGpu,
-              .timeout_ns = 10'000'000'000});
+  Channel ch(
+      {.num_rings = o.rings, .capacity = o.capacity, .producer = ProducerKind::kGpu, .timeout_ns = 10'000'000'000});
   unsigned long long* counters;
   check(cudaMalloc(&counters, 2 * sizeof(unsigned long long)), "cudaMalloc");
   check(cudaMemset(counters, 0, 2 * sizeof(unsigned long long)), "cudaMemset");
-  LoadParams p{ch.producer_array(), o.rings, o.warps, static_cast<uint64_t>(o.ms * 1e6),
-               rate_mps > 0 ? static_cast<uint64_t>(32.0 * o.warps / rate_mps * 1e3) : 0, warp_push, counters,
+  LoadParams p{ch.producer_array(),
+               o.rings,
+               o.warps,
+               static_cast<uint64_t>(o.ms * 1e6),
+               rate_mps > 0 ? static_cast<uint64_t>(32.0 * o.warps / rate_mps * 1e3) : 0,
+               warp_push,
+               counters,
                counters + 1};
   std::atomic<bool> done{false};
   std::vector<ConsumerStats> st(T);
   std::vector<std::thread> pool;
-  for (uint32_t t = 0; t < T; ++t)
-    pool.emplace_back([&, t] { consume(ch, t, T, cal.gpu_minus_host, done, st[t]); });
+  for (uint32_t t = 0; t < T; ++t) pool.emplace_back([&, t] { consume(ch, t, T, cal.gpu_minus_host, done, st[t]); });
   check(launch_load(p, nullptr), "load kernel launch");
   check(cudaDeviceSynchronize(), "load kernel");
   done.store(true, std::memory_order_release);
@@ -202,15 +207,16 @@ Point run_gpu(const Options& o, uint32_t T, double rate_mps, int warp_push, Cali
   pt.failures = c[1];
   pt = summarize(st, pt);
   if (pt.commands != c[0])
-    throw std::runtime_error("pushed " + std::to_string(c[0]) + " commands but consumed " + std::to_string(pt.commands));
+    throw std::runtime_error("pushed " + std::to_string(c[0]) + " commands but consumed " +
+                             std::to_string(pt.commands));
   return pt;
 }
 
 // Baseline: the same consumers with T CPU producer threads (one ring each... R rings, producer t
 // pushes into rings t, t+T, ... in turn), unthrottled, host clock on both ends.
 Point run_cpu(const Options& o, uint32_t T) {
-  Channel ch({.num_rings = o.rings, .capacity = o.capacity, .producer = ProducerKind::kCpu,
-              .timeout_ns = 10'000'000'000});
+  Channel ch(
+      {.num_rings = o.rings, .capacity = o.capacity, .producer = ProducerKind::kCpu, .timeout_ns = 10'000'000'000});
   std::atomic<bool> done{false};
   std::vector<ConsumerStats> st(T);
   std::vector<std::thread> consumers, producers;
@@ -287,14 +293,22 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
       return argv[++i];
     };
-    if (a == "--warps") o.warps = std::stoul(val());
-    else if (a == "--rings") o.rings = std::stoul(val());
-    else if (a == "--capacity") o.capacity = std::stoul(val());
-    else if (a == "--ms") o.ms = std::stod(val());
-    else if (a == "--threads") o.threads = parse_list(val());
-    else if (a == "--rates") o.rates = parse_list(val());
-    else if (a == "--csv") o.csv = val();
-    else throw std::runtime_error("unknown argument " + a + " (--warps --rings --capacity --ms --threads --rates --csv)");
+    if (a == "--warps")
+      o.warps = std::stoul(val());
+    else if (a == "--rings")
+      o.rings = std::stoul(val());
+    else if (a == "--capacity")
+      o.capacity = std::stoul(val());
+    else if (a == "--ms")
+      o.ms = std::stod(val());
+    else if (a == "--threads")
+      o.threads = parse_list(val());
+    else if (a == "--rates")
+      o.rates = parse_list(val());
+    else if (a == "--csv")
+      o.csv = val();
+    else
+      throw std::runtime_error("unknown argument " + a + " (--warps --rings --capacity --ms --threads --rates --csv)");
   }
   if (o.warps % 4) throw std::runtime_error("--warps must be a multiple of 4");
   int ndev = 0;
@@ -314,9 +328,10 @@ int main(int argc, char** argv) try {
   std::printf("machine: %s; GPU 0 %s (%d SMs, PCI %04x:%02x:%02x), driver %d, runtime %d; CPU %s x %u threads\n", host,
               prop.name, prop.multiProcessorCount, prop.pciDomainID, prop.pciBusID, prop.pciDeviceID, drv, rt,
               bench::cpu_model().c_str(), std::thread::hardware_concurrency());
-  std::printf("setup: %u producer warps (4 per block), %u rings x %u slots, %.0f ms per point, payload = "
-              "%%globaltimer at push; warp w -> ring w %% R; consumer thread t -> rings t, t+T, ...\n",
-              o.warps, o.rings, o.capacity, o.ms);
+  std::printf(
+      "setup: %u producer warps (4 per block), %u rings x %u slots, %.0f ms per point, payload = "
+      "%%globaltimer at push; warp w -> ring w %% R; consumer thread t -> rings t, t+T, ...\n",
+      o.warps, o.rings, o.capacity, o.ms);
 
   uint64_t* res;
   check(cudaMallocHost(&res, 2 * sizeof(uint64_t)), "cudaMallocHost");
@@ -325,21 +340,25 @@ int main(int argc, char** argv) try {
   std::printf("clock: %%globaltimer smallest step %llu ns, mean step %llu ns\n", (unsigned long long)res[0],
               (unsigned long long)res[1]);
   Calibration c0 = calibrate();
-  std::printf("clock: globaltimer - CLOCK_MONOTONIC calibrated by a ping-pong through mapped host memory before "
-              "every point: %u round trips, the offset is the mean over those within 100 ns of the shortest "
-              "(min RTT %llu ns, so the offset is known to +-%llu ns; spread of used samples %lld ns)\n",
-              2000u, (unsigned long long)c0.min_rtt, (unsigned long long)c0.min_rtt / 2, (long long)c0.spread);
+  std::printf(
+      "clock: globaltimer - CLOCK_MONOTONIC calibrated by a ping-pong through mapped host memory before "
+      "every point: %u round trips, the offset is the mean over those within 100 ns of the shortest "
+      "(min RTT %llu ns, so the offset is known to +-%llu ns; spread of used samples %lld ns)\n",
+      2000u, (unsigned long long)c0.min_rtt, (unsigned long long)c0.min_rtt / 2, (long long)c0.spread);
 
   {
     const std::vector<uint64_t> rtt = channel_rtt(o);
-    std::printf("clock-free check: GPU push -> host pop -> GPU sees done(), one command in flight, T=1, %zu "
-                "samples on %%globaltimer alone: min %.2f us, p50 %.2f us, p99 %.2f us (each bounds its command's "
-                "push-to-pop latency from above)\n", rtt.size(), rtt.front() / 1e3, rtt[rtt.size() / 2] / 1e3,
-                rtt[rtt.size() * 99 / 100] / 1e3);
+    std::printf(
+        "clock-free check: GPU push -> host pop -> GPU sees done(), one command in flight, T=1, %zu "
+        "samples on %%globaltimer alone: min %.2f us, p50 %.2f us, p99 %.2f us (each bounds its command's "
+        "push-to-pop latency from above)\n",
+        rtt.size(), rtt.front() / 1e3, rtt[rtt.size() / 2] / 1e3, rtt[rtt.size() * 99 / 100] / 1e3);
   }
   const double raw_rel = raw_store_rate(o.warps, 1), raw_weak = raw_store_rate(o.warps, 0);
-  std::printf("baseline: raw 16-byte stores into mapped host memory by %u warps: %.1f M/s with st.release.sys, "
-              "%.1f M/s with plain stores\n", o.warps, raw_rel, raw_weak);
+  std::printf(
+      "baseline: raw 16-byte stores into mapped host memory by %u warps: %.1f M/s with st.release.sys, "
+      "%.1f M/s with plain stores\n",
+      o.warps, raw_rel, raw_weak);
 
   {  // warm-up, not reported
     Options w = o;
@@ -352,11 +371,12 @@ int main(int argc, char** argv) try {
   auto add = [&](const Point& p, const Calibration& c) {
     pts.push_back(p);
     cals.push_back(c);
-    std::printf("  %-8s T=%u offered %6s M/s: achieved %6.2f M/s  p50 %8.2f us  p99 %8.2f us  (%llu cmds, "
-                "offset %lld ns, min RTT %llu ns, %llu negative)\n", p.pipeline.c_str(), p.T,
-                p.offered_mps > 0 ? std::to_string(static_cast<int>(p.offered_mps)).c_str() : "max", p.achieved_mps,
-                p.p50_us, p.p99_us, (unsigned long long)p.commands, (long long)c.gpu_minus_host,
-                (unsigned long long)c.min_rtt, (unsigned long long)p.negative);
+    std::printf(
+        "  %-8s T=%u offered %6s M/s: achieved %6.2f M/s  p50 %8.2f us  p99 %8.2f us  (%llu cmds, "
+        "offset %lld ns, min RTT %llu ns, %llu negative)\n",
+        p.pipeline.c_str(), p.T, p.offered_mps > 0 ? std::to_string(static_cast<int>(p.offered_mps)).c_str() : "max",
+        p.achieved_mps, p.p50_us, p.p99_us, (unsigned long long)p.commands, (long long)c.gpu_minus_host,
+        (unsigned long long)c.min_rtt, (unsigned long long)p.negative);
     std::fflush(stdout);
   };
   for (double T : o.threads)
@@ -371,8 +391,9 @@ int main(int argc, char** argv) try {
   }
   add(run_cpu(o, 4), Calibration{});
 
-  std::printf("\n(M commands/s; latency us; +-cal: half the calibration's min round trip, the bound on the "
-              "clock offset; cpu rows use the host clock on both ends)\n");
+  std::printf(
+      "\n(M commands/s; latency us; +-cal: half the calibration's min round trip, the bound on the "
+      "clock offset; cpu rows use the host clock on both ends)\n");
   std::printf("%-9s %3s %9s %10s %9s %9s %7s\n", "pipeline", "T", "offered", "achieved", "p50_us", "p99_us", "+-cal");
   for (size_t i = 0; i < pts.size(); ++i) {
     const Point& p = pts[i];

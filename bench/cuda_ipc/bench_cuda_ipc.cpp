@@ -54,7 +54,8 @@ void run_backend(Transport& t, uint64_t size, uint64_t n, size_t batch, bool as_
       for (size_t j = 0; j < k; ++j)
         w[j] = {1, 0, 0, 0, dst_offset(posted + j, size), size, true, static_cast<uint32_t>(posted + j), posted + j};
       int rc = 0;
-      if (as_batch) rc = t.post_writes(w.data(), k, &sent);
+      if (as_batch)
+        rc = t.post_writes(w.data(), k, &sent);
       else
         while (sent < k && (rc = t.post_write(w[sent])) == 0) ++sent;
       posted += sent;
@@ -78,7 +79,8 @@ void drain(Transport& t, uint64_t n, double deadline) {
     size_t nc = 0, ni = 0;
     if (t.poll(cq, 16, &nc, iq, 256, &ni)) throw std::runtime_error("poll: " + t.last_error());
     got += ni;
-    if (now_s() > deadline) throw std::runtime_error("rank 1: immediates timed out (" + std::to_string(got) + "/" + std::to_string(n) + ")");
+    if (now_s() > deadline)
+      throw std::runtime_error("rank 1: immediates timed out (" + std::to_string(got) + "/" + std::to_string(n) + ")");
   }
 }
 
@@ -103,7 +105,8 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
   t->register_memory(buf, bytes, MemKind::kCuda);  // MrId 0 on both ranks: source on 0, target on 1
   t->connect(board.allgather(rank, 0, t->local_address()));
   auto descs = board.allgather(rank, 1, t->export_mr(0));
-  std::vector<uint8_t> mine(reinterpret_cast<uint8_t*>(&raw_handle), reinterpret_cast<uint8_t*>(&raw_handle) + sizeof raw_handle);
+  std::vector<uint8_t> mine(reinterpret_cast<uint8_t*>(&raw_handle),
+                            reinterpret_cast<uint8_t*>(&raw_handle) + sizeof raw_handle);
   auto raw_handles = board.allgather(rank, 2, mine);
   cudaStream_t raw_stream = nullptr;
   uint8_t* raw_dst = nullptr;
@@ -125,11 +128,13 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
     gethostname(host, sizeof host - 1);
     std::printf("# cuda-ipc benchmark: rank 0 (pid %d, GPU %d %s) -> rank 1 (GPU %d %s), host %s\n", getpid(), device,
                 p0.name, peer_dev, p1.name, host);
-    std::printf("# median of %d reps after 1 warm-up; N = clamp(2 GiB / size, 100, 20000) writes per rep; "
-                "options: %u streams, max_outstanding %u\n", reps, spec.cuda_ipc.num_streams, spec.cuda_ipc.max_outstanding);
+    std::printf(
+        "# median of %d reps after 1 warm-up; N = clamp(2 GiB / size, 100, 20000) writes per rep; "
+        "options: %u streams, max_outstanding %u\n",
+        reps, spec.cuda_ipc.num_streams, spec.cuda_ipc.max_outstanding);
     std::printf("# ratio = backend rate / raw rate (same sizes, same run); Mw/s = million writes per second\n");
-    std::printf("%10s %7s | %9s %8s | %8s %6s | %8s %6s | %8s %6s\n", "size_B", "N", "raw_GB/s", "raw_Mw/s",
-                "wr_Mw/s", "ratio", "w32_Mw/s", "ratio", "b32_Mw/s", "ratio");
+    std::printf("%10s %7s | %9s %8s | %8s %6s | %8s %6s | %8s %6s\n", "size_B", "N", "raw_GB/s", "raw_Mw/s", "wr_Mw/s",
+                "ratio", "w32_Mw/s", "ratio", "b32_Mw/s", "ratio");
   }
   for (uint64_t size = 64; size <= (16ull << 20); size *= 4) {
     uint64_t n = iters_for(size);
@@ -143,7 +148,8 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
         if (rank == 0) {
           if (v == 0) {
             for (uint64_t i = 0; i < n; ++i)
-              check(cudaMemcpyAsync(raw_dst + dst_offset(i, size), buf, size, cudaMemcpyDeviceToDevice, raw_stream), "raw copy");
+              check(cudaMemcpyAsync(raw_dst + dst_offset(i, size), buf, size, cudaMemcpyDeviceToDevice, raw_stream),
+                    "raw copy");
             check(cudaStreamSynchronize(raw_stream), "raw sync");
           } else {
             run_backend(*t, size, n, v == 1 ? 1 : 32, v == 3, deadline);
@@ -205,7 +211,8 @@ int main(int argc, char** argv) {
   if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return 1;
   std::vector<std::vector<std::string>> argvs;
   for (int r = 0; r < 2; ++r)
-    argvs.push_back({self, "--child", name, std::to_string(r), std::to_string(ngpu >= 2 ? r : 0), std::to_string(reps)});
+    argvs.push_back(
+        {self, "--child", name, std::to_string(r), std::to_string(ngpu >= 2 ? r : 0), std::to_string(reps)});
   std::string failures = testkit::spawn_and_wait(argvs, board, 500);
   if (!failures.empty()) {
     std::fprintf(stderr, "bench_cuda_ipc failed:\n%s", failures.c_str());

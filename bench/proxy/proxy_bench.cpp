@@ -186,36 +186,53 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto val = [&]() -> std::string {
-      if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", a.c_str()); std::exit(2); }
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
       return argv[++i];
     };
-    if (a == "--threads") { o.threads.clear(); for (auto& s : split(val())) o.threads.push_back(std::stoul(s)); }
-    else if (a == "--backends") o.backends = split(val());
-    else if (a == "--commands") o.commands = std::stoull(val());
-    else if (a == "--payload") o.payload = std::stoul(val());
-    else if (a == "--reps") o.reps = std::stoi(val());
-    else if (a == "--orderings") o.orderings = split(val());
-    else if (a == "--no-engine-alone") o.engine_alone = false;
+    if (a == "--threads") {
+      o.threads.clear();
+      for (auto& s : split(val())) o.threads.push_back(std::stoul(s));
+    } else if (a == "--backends")
+      o.backends = split(val());
+    else if (a == "--commands")
+      o.commands = std::stoull(val());
+    else if (a == "--payload")
+      o.payload = std::stoul(val());
+    else if (a == "--reps")
+      o.reps = std::stoi(val());
+    else if (a == "--orderings")
+      o.orderings = split(val());
+    else if (a == "--no-engine-alone")
+      o.engine_alone = false;
     else {
-      std::fprintf(stderr, "usage: %s [--threads 1,2,4,8] [--backends loopback,shm] [--orderings bypass,engine] "
-                           "[--commands N] [--payload B] [--reps R] [--no-engine-alone]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--threads 1,2,4,8] [--backends loopback,shm] [--orderings bypass,engine] "
+                   "[--commands N] [--payload B] [--reps R] [--no-engine-alone]\n",
+                   argv[0]);
       return 2;
     }
   }
   ::setenv("FI_TCP_IFACE", "lo", 0);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  std::printf("proxy_bench: machine %s, %u CPUs (%s)\n", host, std::thread::hardware_concurrency(), bench::cpu_model().c_str());
+  std::printf("proxy_bench: machine %s, %u CPUs (%s)\n", host, std::thread::hardware_concurrency(),
+              bench::cpu_model().c_str());
   std::printf("command: ");
   for (int i = 0; i < argc; ++i) std::printf("%s ", argv[i]);
-  std::printf("\nworkload: per producer %llu commands = rounds of 7 WRITE x %u B + 1 count SIGNAL; 2 ranks in one "
-              "process, rank 0 sends; median of %d runs; end to end (last signal applied at rank 1)\n",
-              (unsigned long long)(o.commands / 8 * 8), o.payload, o.reps);
+  std::printf(
+      "\nworkload: per producer %llu commands = rounds of 7 WRITE x %u B + 1 count SIGNAL; 2 ranks in one "
+      "process, rank 0 sends; median of %d runs; end to end (last signal applied at rank 1)\n",
+      (unsigned long long)(o.commands / 8 * 8), o.payload, o.reps);
   if (o.engine_alone) {
     std::vector<double> v;
     for (int r = 0; r < o.reps; ++r) v.push_back(engine_alone(8'000'000));
-    std::printf("ordering engine alone (one thread, no transport, LL-shaped events, half the signals held): "
-                "%.1f M events/s\n", median(v) / 1e6);
+    std::printf(
+        "ordering engine alone (one thread, no transport, LL-shaped events, half the signals held): "
+        "%.1f M events/s\n",
+        median(v) / 1e6);
   }
   std::printf("%-9s %-7s %2s %14s %9s %20s\n", "backend", "order", "T", "Mcommands/s", "GB/s", "baseline chan Mcmd/s");
   for (const std::string& be : o.backends)
@@ -239,8 +256,8 @@ int main(int argc, char** argv) {
           std::printf("%-9s %-7s %2u   skipped: %s\n", be.c_str(), ord.c_str(), T, e.what());
           continue;
         }
-        std::printf("%-9s %-7s %2u %14.2f %9.2f %20.2f\n", be.c_str(), ord.c_str(), T,
-                    median(c) / 1e6, median(g), median(b) / 1e6);
+        std::printf("%-9s %-7s %2u %14.2f %9.2f %20.2f\n", be.c_str(), ord.c_str(), T, median(c) / 1e6, median(g),
+                    median(b) / 1e6);
         std::fflush(stdout);
       }
   return 0;

@@ -180,8 +180,10 @@ double run_raw(const libfabric::RawWrite& h, bool sender, uint64_t size, uint64_
 void self_loop(const std::string& prov, int reps) {
   auto t = make_transport(host_spec(prov, 0, 1));
   std::vector<uint8_t> a(4096, 1), b(4096, 0);
-  MrId s = t->register_memory(a.data(), a.size(), MemKind::kHost), d = t->register_memory(b.data(), b.size(), MemKind::kHost);
-  auto bs = make_callback_bootstrap(0, 1, [](const std::vector<uint8_t>& m) { return std::vector<std::vector<uint8_t>>{m}; });
+  MrId s = t->register_memory(a.data(), a.size(), MemKind::kHost),
+       d = t->register_memory(b.data(), b.size(), MemKind::kHost);
+  auto bs =
+      make_callback_bootstrap(0, 1, [](const std::vector<uint8_t>& m) { return std::vector<std::vector<uint8_t>>{m}; });
   connect_all(*t, *bs, {s, d});
   auto h = libfabric::raw_write_handles(*t, 0, s, 0, d);
   const uint64_t K = 100000, W = 64, size = 64;
@@ -231,8 +233,9 @@ void self_loop(const std::string& prov, int reps) {
   std::sort(raw_ns.begin(), raw_ns.end());
   std::sort(any_ns.begin(), any_ns.end());
   std::sort(ratios.begin(), ratios.end());
-  std::printf("self   %-6s %9d %7llu %11.1f %11.1f %9.3f   (one process writing to itself, medians of %d)\n", prov.c_str(),
-              64, static_cast<unsigned long long>(K), raw_ns[reps / 2], any_ns[reps / 2], ratios[reps / 2], reps);
+  std::printf("self   %-6s %9d %7llu %11.1f %11.1f %9.3f   (one process writing to itself, medians of %d)\n",
+              prov.c_str(), 64, static_cast<unsigned long long>(K), raw_ns[reps / 2], any_ns[reps / 2],
+              ratios[reps / 2], reps);
 }
 
 std::string machine() {
@@ -276,13 +279,20 @@ int main(int argc, char** argv) {
         if (q > p) o.providers.push_back(v.substr(p, q - p));
         p = q + 1;
       }
-    } else if (a == "--reps") o.reps = std::atoi(next());
-    else if (a == "--window") o.window = static_cast<uint32_t>(std::atoi(next()));
-    else if (a == "--min") o.min_size = parse_size(next());
-    else if (a == "--max") o.max_size = parse_size(next());
-    else if (a == "--bytes-per-point") o.bytes_per_point = parse_size(next());
-    else if (a == "--max-msgs") o.max_msgs = parse_size(next());
-    else if (a == "--pin") o.pin = true;
+    } else if (a == "--reps")
+      o.reps = std::atoi(next());
+    else if (a == "--window")
+      o.window = static_cast<uint32_t>(std::atoi(next()));
+    else if (a == "--min")
+      o.min_size = parse_size(next());
+    else if (a == "--max")
+      o.max_size = parse_size(next());
+    else if (a == "--bytes-per-point")
+      o.bytes_per_point = parse_size(next());
+    else if (a == "--max-msgs")
+      o.max_msgs = parse_size(next());
+    else if (a == "--pin")
+      o.pin = true;
     else if (a == "--api") {
       std::string v = next();
       if (v != "batch" && v != "single") {
@@ -290,8 +300,7 @@ int main(int argc, char** argv) {
         return 2;
       }
       g_single = v == "single";
-    }
-    else {
+    } else {
       std::fprintf(stderr, "unknown option %s (see the header of bench_transport.cpp)\n", a.c_str());
       return 2;
     }
@@ -299,10 +308,11 @@ int main(int argc, char** argv) {
   ::setenv("FI_TCP_IFACE", "lo", 0);  // loopback only
   std::printf("# bench_transport: anyep libfabric transport vs raw libfabric on the same endpoint\n");
   std::printf("# command: %s\n# machine: %s\n", cmd.c_str(), machine().c_str());
-  std::printf("# 2 processes on this host; window %u writes in flight; %d raw/anyep pairs in alternating order; "
-              "ratio = median of per-pair anyep/raw rate ratios; anyep posts with %s%s\n",
-              o.window, o.reps, g_single ? "post_write (one call per write)" : "post_writes (batches)",
-              o.pin ? "; rank r pinned to the r-th allowed CPU" : "");
+  std::printf(
+      "# 2 processes on this host; window %u writes in flight; %d raw/anyep pairs in alternating order; "
+      "ratio = median of per-pair anyep/raw rate ratios; anyep posts with %s%s\n",
+      o.window, o.reps, g_single ? "post_write (one call per write)" : "post_writes (batches)",
+      o.pin ? "; rank r pinned to the r-th allowed CPU" : "");
   bool all_ok = true;
   for (const std::string& prov : o.providers) {
     std::string why;
@@ -316,66 +326,72 @@ int main(int argc, char** argv) {
     // rank 0 prints directly (children share stdout) and rank 1 stays quiet.
     testkit::RunOptions ro;
     ro.timeout_s = 600;
-    auto res = testkit::run_ranks(2, [&](testkit::Rank& r) {
-      if (o.pin) pin_to_nth_cpu(r.rank);
-      auto t = make_transport(host_spec(prov, r.rank, r.size));
-      std::vector<uint8_t> a(o.max_size, 1), b(o.max_size, 0);
-      MrId src = t->register_memory(a.data(), a.size(), MemKind::kHost);
-      MrId dst = t->register_memory(b.data(), b.size(), MemKind::kHost);
-      connect_all(*t, *r.boot, {src, dst});
-      auto raw = libfabric::raw_write_handles(*t, 0, src, 1 - r.rank, dst);
-      bool sender = r.rank == 0;
-      if (sender) {
-        std::printf("# provider %s: %s\n", prov.c_str(), libfabric::describe(*t).c_str());
-        std::printf("%-6s %9s %7s %12s %12s %9s %11s %11s %s\n", "prov", "size_B", "msgs", "raw_Mmsg/s",
-                    "anyep_Mmsg/s", "ratio", "raw_GB/s", "anyep_GB/s", "target");
-      }
-      for (uint64_t size : sizes) {
-        uint64_t k = std::clamp<uint64_t>(o.bytes_per_point / size, o.min_msgs, o.max_msgs);
-        // Warm-up (connections, page faults, caches), not timed.
-        r.boot->barrier();
-        run_raw(raw, sender, size, std::min<uint64_t>(k, 256), o.window);
-        r.boot->barrier();
-        run_anyep(*t, sender, src, dst, size, std::min<uint64_t>(k, 256), o.window);
-        // Pairs run back to back, in alternating order, so that drift from other load on the host
-        // hits both sides of a pair alike; the reported ratio is the median of per-pair ratios.
-        std::vector<double> tr, ta, ratios;
-        for (int rep = 0; rep < o.reps; ++rep) {
-          double x = 0, y = 0;
-          for (int half = 0; half < 2; ++half) {
-            r.boot->barrier();
-            if ((half == 0) == (rep % 2 == 0))
-              x = run_raw(raw, sender, size, k, o.window);
-            else
-              y = run_anyep(*t, sender, src, dst, size, k, o.window);
+    auto res = testkit::run_ranks(
+        2,
+        [&](testkit::Rank& r) {
+          if (o.pin) pin_to_nth_cpu(r.rank);
+          auto t = make_transport(host_spec(prov, r.rank, r.size));
+          std::vector<uint8_t> a(o.max_size, 1), b(o.max_size, 0);
+          MrId src = t->register_memory(a.data(), a.size(), MemKind::kHost);
+          MrId dst = t->register_memory(b.data(), b.size(), MemKind::kHost);
+          connect_all(*t, *r.boot, {src, dst});
+          auto raw = libfabric::raw_write_handles(*t, 0, src, 1 - r.rank, dst);
+          bool sender = r.rank == 0;
+          if (sender) {
+            std::printf("# provider %s: %s\n", prov.c_str(), libfabric::describe(*t).c_str());
+            std::printf("%-6s %9s %7s %12s %12s %9s %11s %11s %s\n", "prov", "size_B", "msgs", "raw_Mmsg/s",
+                        "anyep_Mmsg/s", "ratio", "raw_GB/s", "anyep_GB/s", "target");
           }
-          tr.push_back(x);
-          ta.push_back(y);
-          ratios.push_back(x / y);  // (k/y) / (k/x): anyep rate over raw rate
-        }
-        r.boot->barrier();
-        if (!sender) continue;
-        std::sort(tr.begin(), tr.end());
-        std::sort(ta.begin(), ta.end());
-        std::sort(ratios.begin(), ratios.end());
-        double raw_rate = k / tr[tr.size() / 2], any_rate = k / ta[ta.size() / 2];
-        double ratio = ratios[ratios.size() / 2];
-        const char* target = size >= (64u << 10) ? ">=0.95" : size <= 64 ? ">=0.85" : "-";
-        bool ok = size >= (64u << 10) ? ratio >= 0.95 : size <= 64 ? ratio >= 0.85 : true;
-        std::printf("%-6s %9llu %7llu %12.4f %12.4f %9.3f %11.3f %11.3f %s%s\n", prov.c_str(),
-                    static_cast<unsigned long long>(size), static_cast<unsigned long long>(k), raw_rate / 1e6,
-                    any_rate / 1e6, ratio, raw_rate * size / 1e9, any_rate * size / 1e9, target,
-                    *target == '-' ? "" : ok ? " ok" : " MISSED");
-        std::fflush(stdout);
-        if (!ok) std::fprintf(stderr, "MISSED %s %llu\n", prov.c_str(), static_cast<unsigned long long>(size));
-      }
-    }, ro);
+          for (uint64_t size : sizes) {
+            uint64_t k = std::clamp<uint64_t>(o.bytes_per_point / size, o.min_msgs, o.max_msgs);
+            // Warm-up (connections, page faults, caches), not timed.
+            r.boot->barrier();
+            run_raw(raw, sender, size, std::min<uint64_t>(k, 256), o.window);
+            r.boot->barrier();
+            run_anyep(*t, sender, src, dst, size, std::min<uint64_t>(k, 256), o.window);
+            // Pairs run back to back, in alternating order, so that drift from other load on the host
+            // hits both sides of a pair alike; the reported ratio is the median of per-pair ratios.
+            std::vector<double> tr, ta, ratios;
+            for (int rep = 0; rep < o.reps; ++rep) {
+              double x = 0, y = 0;
+              for (int half = 0; half < 2; ++half) {
+                r.boot->barrier();
+                if ((half == 0) == (rep % 2 == 0))
+                  x = run_raw(raw, sender, size, k, o.window);
+                else
+                  y = run_anyep(*t, sender, src, dst, size, k, o.window);
+              }
+              tr.push_back(x);
+              ta.push_back(y);
+              ratios.push_back(x / y);  // (k/y) / (k/x): anyep rate over raw rate
+            }
+            r.boot->barrier();
+            if (!sender) continue;
+            std::sort(tr.begin(), tr.end());
+            std::sort(ta.begin(), ta.end());
+            std::sort(ratios.begin(), ratios.end());
+            double raw_rate = k / tr[tr.size() / 2], any_rate = k / ta[ta.size() / 2];
+            double ratio = ratios[ratios.size() / 2];
+            const char* target = size >= (64u << 10) ? ">=0.95" : size <= 64 ? ">=0.85" : "-";
+            bool ok = size >= (64u << 10) ? ratio >= 0.95 : size <= 64 ? ratio >= 0.85 : true;
+            std::printf("%-6s %9llu %7llu %12.4f %12.4f %9.3f %11.3f %11.3f %s%s\n", prov.c_str(),
+                        static_cast<unsigned long long>(size), static_cast<unsigned long long>(k), raw_rate / 1e6,
+                        any_rate / 1e6, ratio, raw_rate * size / 1e9, any_rate * size / 1e9, target,
+                        *target == '-' ? ""
+                        : ok           ? " ok"
+                                       : " MISSED");
+            std::fflush(stdout);
+            if (!ok) std::fprintf(stderr, "MISSED %s %llu\n", prov.c_str(), static_cast<unsigned long long>(size));
+          }
+        },
+        ro);
     if (!res.ok()) {
       std::printf("# provider %s: FAILED\n%s", prov.c_str(), res.summary().c_str());
       all_ok = false;
     }
   }
-  std::printf("%-6s %-6s %9s %7s %11s %11s %9s\n", "self", "prov", "size_B", "msgs", "raw_ns/msg", "anyep_ns/msg", "ratio");
+  std::printf("%-6s %-6s %9s %7s %11s %11s %9s\n", "self", "prov", "size_B", "msgs", "raw_ns/msg", "anyep_ns/msg",
+              "ratio");
   for (const std::string& prov : o.providers) {
     std::string why;
     if (available(prov, &why)) self_loop(prov, o.reps);

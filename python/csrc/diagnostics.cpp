@@ -19,8 +19,8 @@ constexpr int kFatalSignals[3] = {SIGSEGV, SIGBUS, SIGABRT};
 // addr2line -f -C -e <module> <offset>.
 void on_fatal_signal(int sig, siginfo_t* info, void*) {
   char head[160];
-  const int n = std::snprintf(head, sizeof(head), "anyep._C: fatal signal %d (fault address %p); native backtrace:\n", sig,
-                              info ? info->si_addr : nullptr);
+  const int n = std::snprintf(head, sizeof(head), "anyep._C: fatal signal %d (fault address %p); native backtrace:\n",
+                              sig, info ? info->si_addr : nullptr);
   if (n > 0) (void)!write(2, head, static_cast<size_t>(n));
   void* frames[64];
   const int depth = backtrace(frames, 64);

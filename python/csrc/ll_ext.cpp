@@ -20,37 +20,56 @@
 namespace {
 
 using anyep::InvalidArgument;
-using anyep::runtime::LowLatencyBuffer;
 using anyep::ext::ll_trace;
+using anyep::runtime::LowLatencyBuffer;
 namespace ll = anyep::ll;
 namespace rt = anyep::runtime;
 
 rt::DType dtype_of(at::ScalarType t) {
   switch (t) {
-    case at::ScalarType::Bool: return rt::DType::kBool;
-    case at::ScalarType::Byte: return rt::DType::kUInt8;
-    case at::ScalarType::Char: return rt::DType::kInt8;
-    case at::ScalarType::Short: return rt::DType::kInt16;
-    case at::ScalarType::Int: return rt::DType::kInt32;
-    case at::ScalarType::Long: return rt::DType::kInt64;
-    case at::ScalarType::Half: return rt::DType::kFloat16;
-    case at::ScalarType::BFloat16: return rt::DType::kBFloat16;
-    case at::ScalarType::Float: return rt::DType::kFloat32;
-    case at::ScalarType::Double: return rt::DType::kFloat64;
-    case at::ScalarType::Float8_e4m3fn: return rt::DType::kFloat8_e4m3fn;
-    case at::ScalarType::Float8_e5m2: return rt::DType::kFloat8_e5m2;
-    default: return rt::DType::kOther;
+    case at::ScalarType::Bool:
+      return rt::DType::kBool;
+    case at::ScalarType::Byte:
+      return rt::DType::kUInt8;
+    case at::ScalarType::Char:
+      return rt::DType::kInt8;
+    case at::ScalarType::Short:
+      return rt::DType::kInt16;
+    case at::ScalarType::Int:
+      return rt::DType::kInt32;
+    case at::ScalarType::Long:
+      return rt::DType::kInt64;
+    case at::ScalarType::Half:
+      return rt::DType::kFloat16;
+    case at::ScalarType::BFloat16:
+      return rt::DType::kBFloat16;
+    case at::ScalarType::Float:
+      return rt::DType::kFloat32;
+    case at::ScalarType::Double:
+      return rt::DType::kFloat64;
+    case at::ScalarType::Float8_e4m3fn:
+      return rt::DType::kFloat8_e4m3fn;
+    case at::ScalarType::Float8_e5m2:
+      return rt::DType::kFloat8_e5m2;
+    default:
+      return rt::DType::kOther;
   }
 }
 
 at::ScalarType scalar_type_of(rt::DType t) {
   switch (t) {
-    case rt::DType::kBFloat16: return at::kBFloat16;
-    case rt::DType::kFloat8_e4m3fn: return at::kFloat8_e4m3fn;
-    case rt::DType::kFloat32: return at::kFloat;
-    case rt::DType::kInt32: return at::kInt;
-    case rt::DType::kInt64: return at::kLong;
-    default: break;
+    case rt::DType::kBFloat16:
+      return at::kBFloat16;
+    case rt::DType::kFloat8_e4m3fn:
+      return at::kFloat8_e4m3fn;
+    case rt::DType::kFloat32:
+      return at::kFloat;
+    case rt::DType::kInt32:
+      return at::kInt;
+    case rt::DType::kInt64:
+      return at::kLong;
+    default:
+      break;
   }
   throw anyep::InternalError(std::string("anyep._C: no torch dtype for runtime output dtype ") + rt::dtype_name(t));
 }
@@ -181,7 +200,7 @@ class LLBuffer {
     out.layout_range = ref(layout_range, "layout_range");
 
     ll_trace("dispatch", staged ? "launch, send phase (runtime: checks, topk values, kernel arguments)"
-                             : "launch, both phases (runtime: checks, topk values, kernel arguments)");
+                                : "launch, both phases (runtime: checks, topk values, kernel arguments)");
     const rt::LLCall call =
         rt::dispatch(*rt_, in, out, staged ? ll::kPhaseSend : ll::kPhaseBoth, stream_or_current(launch_stream));
     py::object hook = recv_hook(call, staged,
@@ -216,12 +235,11 @@ class LLBuffer {
     at::Tensor result = out ? *out : allocate(plan.out, x.options());
 
     ll_trace("combine", staged ? "launch, send phase (runtime: checks, topk values, kernel arguments)"
-                            : "launch, both phases (runtime: checks, topk values, kernel arguments)");
+                               : "launch, both phases (runtime: checks, topk values, kernel arguments)");
     const rt::LLCall call = rt::combine(*rt_, in, ref(result, "out"), staged ? ll::kPhaseSend : ll::kPhaseBoth,
                                         stream_or_current(launch_stream));
-    py::object hook = recv_hook(call, staged,
-                                {x, topk_idx, topk_weights, src_info, layout_range, result,
-                                 wait_stats.value_or(at::Tensor())});
+    py::object hook = recv_hook(
+        call, staged, {x, topk_idx, topk_weights, src_info, layout_range, result, wait_stats.value_or(at::Tensor())});
     ll_trace("combine", "building the result tuple");
     return py::make_tuple(result, hook);
   }
@@ -287,10 +305,10 @@ PYBIND11_MODULE(_C, m) {
       .def("update_mask", &LLBuffer::update_mask, py::arg("rank"), py::arg("mask"))
       .def("query_mask", &LLBuffer::query_mask, py::arg("mask_status"))
       .def("clean_mask", &LLBuffer::clean_mask)
-      .def("dispatch", &LLBuffer::dispatch, py::arg("x"), py::arg("topk_idx"), py::arg("num_max_dispatch_tokens_per_rank"),
-           py::arg("num_experts"), py::arg("cumulative_local_expert_recv_stats"),
-           py::arg("dispatch_wait_recv_cost_stats"), py::arg("use_fp8"), py::arg("round_scale"), py::arg("use_ue8m0"),
-           py::arg("staged"), py::arg("launch_stream") = 0)
+      .def("dispatch", &LLBuffer::dispatch, py::arg("x"), py::arg("topk_idx"),
+           py::arg("num_max_dispatch_tokens_per_rank"), py::arg("num_experts"),
+           py::arg("cumulative_local_expert_recv_stats"), py::arg("dispatch_wait_recv_cost_stats"), py::arg("use_fp8"),
+           py::arg("round_scale"), py::arg("use_ue8m0"), py::arg("staged"), py::arg("launch_stream") = 0)
       .def("combine", &LLBuffer::combine, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
            py::arg("src_info"), py::arg("layout_range"), py::arg("num_max_dispatch_tokens_per_rank"),
            py::arg("num_experts"), py::arg("out"), py::arg("combine_wait_recv_cost_stats"), py::arg("staged"),

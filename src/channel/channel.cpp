@@ -146,20 +146,21 @@ RingConsumer& Channel::consumer(uint32_t i) {
 void Channel::check_errors() const {
   const size_t per_ring = ring_bytes(cfg_.capacity);
   for (uint32_t i = 0; i < cfg_.num_rings; ++i) {
-    auto* sh = reinterpret_cast<RingShared*>(static_cast<uint8_t*>(host_block_) + i * per_ring +
-                                             slot_bytes(cfg_.capacity));
+    auto* sh =
+        reinterpret_cast<RingShared*>(static_cast<uint8_t*>(host_block_) + i * per_ring + slot_bytes(cfg_.capacity));
     // Acquire on the code pairs with the producer's release of it: the fields are visible.
     const uint64_t code = port::load_acquire_system(&sh->error.code);
     if (code == 0) continue;
     const uint64_t idx = __atomic_load_n(&sh->error.index, __ATOMIC_RELAXED);
     const uint64_t tail = __atomic_load_n(&sh->error.observed_tail, __ATOMIC_RELAXED);
     const std::string what = code == kRingErrorPushTimeout ? "for a free slot to write index "
-                             : code == kRingErrorDoneTimeout ? "for the consumer to retire index "
-                                                             : "(unknown error code " + std::to_string(code) + ") at index ";
+                             : code == kRingErrorDoneTimeout
+                                 ? "for the consumer to retire index "
+                                 : "(unknown error code " + std::to_string(code) + ") at index ";
     throw TimeoutError("channel ring " + std::to_string(i) + ": a producer waited more than " +
-                       fmt_ns(cfg_.timeout_ns) + " " + what + std::to_string(idx) +
-                       "; the consumer's tail stayed at " + std::to_string(tail) + " (capacity " +
-                       std::to_string(cfg_.capacity) + "): is the proxy thread for this ring running?");
+                       fmt_ns(cfg_.timeout_ns) + " " + what + std::to_string(idx) + "; the consumer's tail stayed at " +
+                       std::to_string(tail) + " (capacity " + std::to_string(cfg_.capacity) +
+                       "): is the proxy thread for this ring running?");
   }
 }
 

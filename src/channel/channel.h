@@ -20,7 +20,7 @@ struct ChannelConfig {
   uint32_t num_rings = 1;
   uint32_t capacity = 1024;  // slots per ring; a power of two
   ProducerKind producer = ProducerKind::kCpu;
-  int cuda_device = 0;                  // kGpu only
+  int cuda_device = 0;                   // kGpu only
   uint64_t timeout_ns = 30'000'000'000;  // producer wait bound; callers pass ANYEP_TIMEOUT_S's value
 };
 
@@ -104,8 +104,8 @@ class Channel {
 
  private:
   ChannelConfig cfg_;
-  void* host_block_ = nullptr;     // slots + RingShared of every ring (pinned when kGpu)
-  uint64_t* counters_ = nullptr;   // head, cached_tail pairs (device memory when kGpu)
+  void* host_block_ = nullptr;    // slots + RingShared of every ring (pinned when kGpu)
+  uint64_t* counters_ = nullptr;  // head, cached_tail pairs (device memory when kGpu)
   RingHandle* handles_dev_ = nullptr;
   std::vector<RingHandle> handles_;
   std::vector<RingConsumer> consumers_;

@@ -29,7 +29,7 @@ namespace anyep::channel {
 // no earlier than it. If several producers of one ring time out together, the fields may come
 // from different producers; each value is still a true observation of that ring.
 struct RingError {
-  uint64_t code;           // 0: none; kRingErrorPushTimeout or kRingErrorDoneTimeout
+  uint64_t code;  // 0: none; kRingErrorPushTimeout or kRingErrorDoneTimeout
   uint64_t ring_id;
   uint64_t index;          // the index the producer waited for (to write, or to retire)
   uint64_t observed_tail;  // consumer tail when it gave up
@@ -59,7 +59,7 @@ struct RingHandle {
   uint64_t* cached_tail;  // last tail a producer read from `shared->tail` (only moves forward)
   uint32_t capacity;      // power of two
   uint32_t ring_id;
-  uint64_t timeout_ns;    // bound on a producer's wait for a free slot
+  uint64_t timeout_ns;  // bound on a producer's wait for a free slot
 
   // Publish `cmd`; returns its index, or kPushFailed if no slot freed up within timeout_ns (the
   // error record then names the ring, the index and the tail seen). Successive pushes of one
@@ -94,9 +94,7 @@ struct RingHandle {
   }
 
   // True once the consumer retired command `index` (for QUIET/BARRIER: once it completed).
-  ANYEP_HD ANYEP_INLINE bool done(uint64_t index) const {
-    return port::load_acquire_system(&shared->tail) > index;
-  }
+  ANYEP_HD ANYEP_INLINE bool done(uint64_t index) const { return port::load_acquire_system(&shared->tail) > index; }
 
   // Bounded wait for done(index); false on timeout (error record filled in).
   [[nodiscard]] ANYEP_HD ANYEP_INLINE bool wait_done(uint64_t index) const {
@@ -149,10 +147,11 @@ struct RingHandle {
     port::store_release_system(&shared->error.observed_tail, tail);
     port::store_release_system(&shared->error.code, code);
 #if defined(ANYEP_DEVICE_PASS)
-    printf("anyep: ring %u: producer waited %llu ns for index %llu to %s; consumer tail stuck at %llu "
-           "(capacity %u)\n", ring_id, static_cast<unsigned long long>(timeout_ns),
-           static_cast<unsigned long long>(idx), code == kRingErrorPushTimeout ? "get a free slot" : "retire",
-           static_cast<unsigned long long>(tail), capacity);
+    printf(
+        "anyep: ring %u: producer waited %llu ns for index %llu to %s; consumer tail stuck at %llu "
+        "(capacity %u)\n",
+        ring_id, static_cast<unsigned long long>(timeout_ns), static_cast<unsigned long long>(idx),
+        code == kRingErrorPushTimeout ? "get a free slot" : "retire", static_cast<unsigned long long>(tail), capacity);
 #endif
   }
 };

@@ -70,17 +70,17 @@ inline constexpr uint32_t kMaxDstRank = static_cast<uint32_t>(mask(kDstRankBits)
 inline constexpr uint32_t kMaxLength = static_cast<uint32_t>(mask(kLengthBits));    // 16 MiB - 1
 inline constexpr uint32_t kMaxCounter = static_cast<uint32_t>(mask(kCounterBits));
 inline constexpr uint32_t kMaxTag = static_cast<uint32_t>(mask(kTagBits));
-inline constexpr uint64_t kOffsetAlign = 1ull << kOffsetShift;                   // 16 bytes
-inline constexpr uint64_t kMaxOffset = mask(kOffsetBits) << kOffsetShift;        // 64 GiB - 16
+inline constexpr uint64_t kOffsetAlign = 1ull << kOffsetShift;             // 16 bytes
+inline constexpr uint64_t kMaxOffset = mask(kOffsetBits) << kOffsetShift;  // 64 GiB - 16
 static_assert(kMaxDstRank + 1 >= 1024, "must address >= 1024 ranks");
 static_assert(kMaxOffset + kOffsetAlign == (64ull << 30), "offset reach is 64 GiB");
 
 // Flags.
-inline constexpr uint8_t kWriteSignal = 1u << 0;   // WRITE: counter[tag] += 1 once data landed
-inline constexpr uint8_t kFenceCount = 1u << 0;    // SIGNAL: LL partial completion fence
-inline constexpr uint8_t kFenceOrdered = 1u << 1;  // SIGNAL: HT partial order (per channel=tag)
-inline constexpr uint8_t kBarrierRail = 1u << 0;   // BARRIER: same-rail subset instead of all
-inline constexpr uint32_t kAllPeers = kMaxDstRank; // QUIET dst_rank: every peer
+inline constexpr uint8_t kWriteSignal = 1u << 0;    // WRITE: counter[tag] += 1 once data landed
+inline constexpr uint8_t kFenceCount = 1u << 0;     // SIGNAL: LL partial completion fence
+inline constexpr uint8_t kFenceOrdered = 1u << 1;   // SIGNAL: HT partial order (per channel=tag)
+inline constexpr uint8_t kBarrierRail = 1u << 0;    // BARRIER: same-rail subset instead of all
+inline constexpr uint32_t kAllPeers = kMaxDstRank;  // QUIET dst_rank: every peer
 }  // namespace cmd
 
 struct alignas(16) TransferCmd {
@@ -91,21 +91,41 @@ static_assert(sizeof(TransferCmd) == 16, "TransferCmd is exactly 16 bytes on the
 static_assert(alignof(TransferCmd) == 16, "16-byte alignment: one vector store publishes a slot");
 
 // Which field failed to encode (kNone when all fit).
-enum class CmdField : uint8_t { kNone, kOp, kFlags, kDstRank, kLength, kCounter, kTag, kSrcOffset,
-                                kDstOffset, kOffsetAlignment };
+enum class CmdField : uint8_t {
+  kNone,
+  kOp,
+  kFlags,
+  kDstRank,
+  kLength,
+  kCounter,
+  kTag,
+  kSrcOffset,
+  kDstOffset,
+  kOffsetAlignment
+};
 
 ANYEP_HD ANYEP_INLINE const char* cmd_field_name(CmdField f) {
   switch (f) {
-    case CmdField::kNone: return "none";
-    case CmdField::kOp: return "op";
-    case CmdField::kFlags: return "flags";
-    case CmdField::kDstRank: return "dst_rank";
-    case CmdField::kLength: return "length";
-    case CmdField::kCounter: return "counter";
-    case CmdField::kTag: return "tag";
-    case CmdField::kSrcOffset: return "src_offset";
-    case CmdField::kDstOffset: return "dst_offset";
-    case CmdField::kOffsetAlignment: return "offset alignment (16 bytes)";
+    case CmdField::kNone:
+      return "none";
+    case CmdField::kOp:
+      return "op";
+    case CmdField::kFlags:
+      return "flags";
+    case CmdField::kDstRank:
+      return "dst_rank";
+    case CmdField::kLength:
+      return "length";
+    case CmdField::kCounter:
+      return "counter";
+    case CmdField::kTag:
+      return "tag";
+    case CmdField::kSrcOffset:
+      return "src_offset";
+    case CmdField::kDstOffset:
+      return "dst_offset";
+    case CmdField::kOffsetAlignment:
+      return "offset alignment (16 bytes)";
   }
   return "?";
 }
@@ -136,9 +156,7 @@ ANYEP_HD ANYEP_INLINE uint64_t cmd_dst_offset(const TransferCmd& c) {
 ANYEP_HD ANYEP_INLINE int32_t cmd_signal_value(const TransferCmd& c) {
   return static_cast<int32_t>(static_cast<uint32_t>(c.hi));  // the low 32 bits
 }
-ANYEP_HD ANYEP_INLINE uint32_t cmd_fence_count(const TransferCmd& c) {
-  return static_cast<uint32_t>(c.hi >> 32);
-}
+ANYEP_HD ANYEP_INLINE uint32_t cmd_fence_count(const TransferCmd& c) { return static_cast<uint32_t>(c.hi >> 32); }
 ANYEP_HD ANYEP_INLINE uint64_t cmd_ring_mask(const TransferCmd& c) { return c.hi; }
 ANYEP_HD ANYEP_INLINE uint64_t cmd_epoch(const TransferCmd& c) { return c.hi; }
 
@@ -147,31 +165,29 @@ ANYEP_HD ANYEP_INLINE uint64_t pack_lo(Op op, uint32_t flags, uint32_t dst_rank,
                                        uint32_t tag) {
   return (static_cast<uint64_t>(op) << cmd::kOpShift) | (static_cast<uint64_t>(flags) << cmd::kFlagShift) |
          (static_cast<uint64_t>(dst_rank) << cmd::kDstRankShift) |
-         (static_cast<uint64_t>(len_or_counter) << cmd::kLengthShift) |
-         (static_cast<uint64_t>(tag) << cmd::kTagShift);
+         (static_cast<uint64_t>(len_or_counter) << cmd::kLengthShift) | (static_cast<uint64_t>(tag) << cmd::kTagShift);
 }
 }  // namespace detail
 
 // ---- checked encoders: try_* report the first field that does not fit -------------------------
 
 [[nodiscard]] ANYEP_HD ANYEP_INLINE CmdField try_make_write(TransferCmd* out, uint32_t dst_rank, uint64_t src_offset,
-                                              uint64_t dst_offset, uint64_t length, uint32_t tag,
-                                              bool signal) {
+                                                            uint64_t dst_offset, uint64_t length, uint32_t tag,
+                                                            bool signal) {
   if (dst_rank > cmd::kMaxDstRank) return CmdField::kDstRank;
   if (length > cmd::kMaxLength) return CmdField::kLength;
   if (tag > cmd::kMaxTag) return CmdField::kTag;
   if ((src_offset | dst_offset) & (cmd::kOffsetAlign - 1)) return CmdField::kOffsetAlignment;
   if (src_offset > cmd::kMaxOffset) return CmdField::kSrcOffset;
   if (dst_offset > cmd::kMaxOffset) return CmdField::kDstOffset;
-  out->lo = detail::pack_lo(Op::kWrite, signal ? cmd::kWriteSignal : 0u, dst_rank,
-                            static_cast<uint32_t>(length), tag);
+  out->lo = detail::pack_lo(Op::kWrite, signal ? cmd::kWriteSignal : 0u, dst_rank, static_cast<uint32_t>(length), tag);
   out->hi = (src_offset >> cmd::kOffsetShift) | ((dst_offset >> cmd::kOffsetShift) << cmd::kOffsetBits);
   return CmdField::kNone;
 }
 
 [[nodiscard]] ANYEP_HD ANYEP_INLINE CmdField try_make_signal(TransferCmd* out, uint32_t dst_rank, uint32_t counter,
-                                               int32_t value, uint32_t fence_flags, uint32_t tag,
-                                               uint32_t fence_count) {
+                                                             int32_t value, uint32_t fence_flags, uint32_t tag,
+                                                             uint32_t fence_count) {
   if (dst_rank > cmd::kMaxDstRank) return CmdField::kDstRank;
   if (counter > cmd::kMaxCounter) return CmdField::kCounter;
   if (tag > cmd::kMaxTag) return CmdField::kTag;
@@ -219,21 +235,25 @@ ANYEP_HD ANYEP_INLINE TransferCmd make_write(uint32_t dst_rank, uint64_t src_off
   TransferCmd c;
   CmdField f = try_make_write(&c, dst_rank, src_offset, dst_offset, length, tag, signal);
   if (f != CmdField::kNone) {
-    uint64_t v = f == CmdField::kDstRank ? dst_rank : f == CmdField::kLength ? length
-                 : f == CmdField::kTag ? tag : f == CmdField::kDstOffset ? dst_offset : src_offset;
+    uint64_t v = f == CmdField::kDstRank     ? dst_rank
+                 : f == CmdField::kLength    ? length
+                 : f == CmdField::kTag       ? tag
+                 : f == CmdField::kDstOffset ? dst_offset
+                                             : src_offset;
     cmd_encode_failed("make_write", f, v);
   }
   return c;
 }
 
 ANYEP_HD ANYEP_INLINE TransferCmd make_signal(uint32_t dst_rank, uint32_t counter, int32_t value,
-                                              uint32_t fence_flags = 0, uint32_t tag = 0,
-                                              uint32_t fence_count = 0) {
+                                              uint32_t fence_flags = 0, uint32_t tag = 0, uint32_t fence_count = 0) {
   TransferCmd c;
   CmdField f = try_make_signal(&c, dst_rank, counter, value, fence_flags, tag, fence_count);
   if (f != CmdField::kNone) {
-    uint64_t v = f == CmdField::kDstRank ? dst_rank : f == CmdField::kCounter ? counter
-                 : f == CmdField::kTag ? tag : fence_flags;
+    uint64_t v = f == CmdField::kDstRank   ? dst_rank
+                 : f == CmdField::kCounter ? counter
+                 : f == CmdField::kTag     ? tag
+                                           : fence_flags;
     cmd_encode_failed("make_signal", f, v);
   }
   return c;
@@ -241,7 +261,8 @@ ANYEP_HD ANYEP_INLINE TransferCmd make_signal(uint32_t dst_rank, uint32_t counte
 
 ANYEP_HD ANYEP_INLINE TransferCmd make_quiet(uint32_t dst_rank = cmd::kAllPeers, uint64_t ring_mask = 0) {
   TransferCmd c;
-  if (try_make_quiet(&c, dst_rank, ring_mask) != CmdField::kNone) cmd_encode_failed("make_quiet", CmdField::kDstRank, dst_rank);
+  if (try_make_quiet(&c, dst_rank, ring_mask) != CmdField::kNone)
+    cmd_encode_failed("make_quiet", CmdField::kDstRank, dst_rank);
   return c;
 }
 

@@ -20,34 +20,51 @@ const std::vector<VarInfo>& all_vars() {
   using T = Type;
   // Keep sorted by name; docs/environment.md mirrors this table (names, defaults, ranges).
   static const std::vector<VarInfo> vars = {
-      {"ANYEP_BOOTSTRAP_SECRET", "", "TCP bootstrap: the per-job secret every rank's hello must carry (at most 64 bytes; same value on every rank, set by the launcher); empty: none",
+      {"ANYEP_BOOTSTRAP_SECRET", "",
+       "TCP bootstrap: the per-job secret every rank's hello must carry (at most 64 bytes; same value on every rank, "
+       "set by the launcher); empty: none",
        T::kSecret, 0, 64},
       {"ANYEP_CHAOS_MAX_DELAY", "8", "chaos transport: an op or immediate is held 0..N poll() calls (seeded)",
        T::kCount, 0, 1000000},
-      {"ANYEP_CHAOS_SEED", "", "wrap every endpoint made from the environment (TransportSpec::from_env: LL runtime proxy path, main job, benchmarks) in the chaos transport (reorders deliveries like EFA SRD) with this seed; empty: off",
+      {"ANYEP_CHAOS_SEED", "",
+       "wrap every endpoint made from the environment (TransportSpec::from_env: LL runtime proxy path, main job, "
+       "benchmarks) in the chaos transport (reorders deliveries like EFA SRD) with this seed; empty: off",
        T::kSeed},
       {"ANYEP_FI_NICS", "1", "libfabric: NICs (domains) striped per endpoint set; 0: every domain the provider lists",
        T::kCount, 0, 64},
-      {"ANYEP_FI_PROVIDER", "", "libfabric provider; empty: first of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm",
-       T::kEnum, 0, 0, "|efa|cxi|verbs;ofi_rxm|tcp|tcp;ofi_rxm|shm"},
-      {"ANYEP_FI_STRIPING", "bytes", "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)",
+      {"ANYEP_FI_PROVIDER", "", "libfabric provider; empty: first of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm", T::kEnum, 0,
+       0, "|efa|cxi|verbs;ofi_rxm|tcp|tcp;ofi_rxm|shm"},
+      {"ANYEP_FI_STRIPING", "bytes",
+       "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)",
        T::kEnum, 0, 0, "bytes|dest|rr"},
-      {"ANYEP_LL_CHECK_INPUTS", "0", "LL: 1 checks topk_idx values on the host before each call (a copy and a stream sync; skipped while capturing a CUDA graph)",
+      {"ANYEP_LL_CHECK_INPUTS", "0",
+       "LL: 1 checks topk_idx values on the host before each call (a copy and a stream sync; skipped while capturing a "
+       "CUDA graph)",
        T::kBool},
-      {"ANYEP_LL_PATH", "auto", "LL: how peers are reached: auto (CUDA IPC where reachable, the proxy over libfabric otherwise), proxy-cuda-ipc or proxy-libfabric (each process its own node, every peer through the proxy)",
+      {"ANYEP_LL_PATH", "auto",
+       "LL: how peers are reached: auto (CUDA IPC where reachable, the proxy over libfabric otherwise), proxy-cuda-ipc "
+       "or proxy-libfabric (each process its own node, every peer through the proxy)",
        T::kEnum, 0, 0, "auto|proxy-cuda-ipc|proxy-libfabric"},
-      {"ANYEP_LL_SMS", "0", "LL: thread blocks (one per SM) the LL kernels use; 0: every SM (more than the GPU has: every SM)",
-       T::kCount, 0, 1024},
-      {"ANYEP_LL_TRACE", "0", "LL Python extension: one stderr line per step of each call and a native backtrace on a fatal signal (diagnostics)",
+      {"ANYEP_LL_SMS", "0",
+       "LL: thread blocks (one per SM) the LL kernels use; 0: every SM (more than the GPU has: every SM)", T::kCount, 0,
+       1024},
+      {"ANYEP_LL_TRACE", "0",
+       "LL Python extension: one stderr line per step of each call and a native backtrace on a fatal signal "
+       "(diagnostics)",
        T::kBool},
-      {"ANYEP_PROXY_CPUS", "auto", "proxy thread pinning: auto (GPU's NUMA node when known), none, or a CPU list like 0-3,8 (CPUs this process may run on)",
+      {"ANYEP_PROXY_CPUS", "auto",
+       "proxy thread pinning: auto (GPU's NUMA node when known), none, or a CPU list like 0-3,8 (CPUs this process may "
+       "run on)",
        T::kCpuList},
-      {"ANYEP_PROXY_ORDERING", "auto", "receiver ordering: auto (bypass when the transport orders writes), engine, bypass",
-       T::kEnum, 0, 0, "auto|engine|bypass"},
-      {"ANYEP_PROXY_RANKS_PER_HOST", "0", "ranks per host for barriers: 0 detects hosts by hostname + boot id; N splits ranks into emulated hosts of N consecutive ranks",
+      {"ANYEP_PROXY_ORDERING", "auto",
+       "receiver ordering: auto (bypass when the transport orders writes), engine, bypass", T::kEnum, 0, 0,
+       "auto|engine|bypass"},
+      {"ANYEP_PROXY_RANKS_PER_HOST", "0",
+       "ranks per host for barriers: 0 detects hosts by hostname + boot id; N splits ranks into emulated hosts of N "
+       "consecutive ranks",
        T::kCount, 0, 1 << 20},
-      {"ANYEP_PROXY_THREADS", "4", "proxy threads per GPU (each owns rings and its own transport endpoint)",
-       T::kCount, 1, 64},
+      {"ANYEP_PROXY_THREADS", "4", "proxy threads per GPU (each owns rings and its own transport endpoint)", T::kCount,
+       1, 64},
       {"ANYEP_TIMEOUT_S", "30", "seconds any wait (device spin, quiet, barrier, bootstrap) may take before it fails",
        T::kDuration, 0, kMaxTimeoutS},
   };
@@ -58,13 +75,20 @@ namespace {
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::kDuration: return "a duration";
-    case Type::kCount: return "a count";
-    case Type::kBool: return "a boolean";
-    case Type::kEnum: return "an enumeration";
-    case Type::kSeed: return "a seed";
-    case Type::kCpuList: return "a CPU list";
-    case Type::kSecret: return "a secret";
+    case Type::kDuration:
+      return "a duration";
+    case Type::kCount:
+      return "a count";
+    case Type::kBool:
+      return "a boolean";
+    case Type::kEnum:
+      return "an enumeration";
+    case Type::kSeed:
+      return "a seed";
+    case Type::kCpuList:
+      return "a CPU list";
+    case Type::kSecret:
+      return "a secret";
   }
   return "?";
 }
@@ -78,8 +102,7 @@ const VarInfo& find(std::string_view name, Type want) {
                             type_name(v.type) + " but read as " + type_name(want));
       return v;
     }
-  throw InternalError("environment variable " + std::string(name) +
-                      " is read but not declared in src/common/env.cpp");
+  throw InternalError("environment variable " + std::string(name) + " is read but not declared in src/common/env.cpp");
 }
 
 std::string raw(const VarInfo& info) {
@@ -155,13 +178,20 @@ std::vector<int> allowed_cpus() {
 
 std::string range_text(const VarInfo& v) {
   switch (v.type) {
-    case Type::kDuration: return "> " + number_text(v.min) + " and <= " + number_text(v.max) + " s";
-    case Type::kCount: return std::to_string(static_cast<int64_t>(v.min)) + ".." + std::to_string(static_cast<int64_t>(v.max));
-    case Type::kBool: return "0 or 1";
-    case Type::kEnum: return choices_text(v);
-    case Type::kSeed: return "(empty) or 0..2^64-1";
-    case Type::kCpuList: return "auto, none, or a CPU list";
-    case Type::kSecret: return "text of at most " + std::to_string(static_cast<int64_t>(v.max)) + " bytes";
+    case Type::kDuration:
+      return "> " + number_text(v.min) + " and <= " + number_text(v.max) + " s";
+    case Type::kCount:
+      return std::to_string(static_cast<int64_t>(v.min)) + ".." + std::to_string(static_cast<int64_t>(v.max));
+    case Type::kBool:
+      return "0 or 1";
+    case Type::kEnum:
+      return choices_text(v);
+    case Type::kSeed:
+      return "(empty) or 0..2^64-1";
+    case Type::kCpuList:
+      return "auto, none, or a CPU list";
+    case Type::kSecret:
+      return "text of at most " + std::to_string(static_cast<int64_t>(v.max)) + " bytes";
   }
   return "?";
 }
@@ -237,7 +267,8 @@ std::string get_secret(std::string_view name) {
                           std::to_string(static_cast<int64_t>(info.max)));
   for (const unsigned char ch : v)
     if (ch < 0x21 || ch > 0x7e)
-      throw InvalidArgument(std::string(info.name) + " holds a byte that is not printable ASCII (spaces and control "
+      throw InvalidArgument(std::string(info.name) +
+                            " holds a byte that is not printable ASCII (spaces and control "
                             "characters are refused)");
   return v;
 }
@@ -260,8 +291,10 @@ CpuChoice get_cpu_choice(std::string_view name) {
       refuse(info, v, form);
     const int lo = std::atoi(a.c_str()), hi = std::atoi(b.c_str());
     if (hi < lo) refuse(info, v, "has the range " + item + " running backwards");
-    if (hi >= CPU_SETSIZE) refuse(info, v, "names CPU " + std::to_string(hi) + ", beyond the " +
-                                           std::to_string(CPU_SETSIZE) + " CPUs a process can be pinned to");
+    if (hi >= CPU_SETSIZE)
+      refuse(info, v,
+             "names CPU " + std::to_string(hi) + ", beyond the " + std::to_string(CPU_SETSIZE) +
+                 " CPUs a process can be pinned to");
     for (int c = lo; c <= hi; ++c) out.cpus.push_back(c);
   }
   const std::vector<int> allowed = allowed_cpus();
@@ -269,8 +302,9 @@ CpuChoice get_cpu_choice(std::string_view name) {
     bool found = false;
     for (int a : allowed) found = found || a == c;
     if (!found)
-      refuse(info, v, "names CPU " + std::to_string(c) + ", which this process cannot run on (it may run on " +
-                          (allowed.empty() ? std::string("no CPU it can list") : cpu_ranges(allowed)) + ")");
+      refuse(info, v,
+             "names CPU " + std::to_string(c) + ", which this process cannot run on (it may run on " +
+                 (allowed.empty() ? std::string("no CPU it can list") : cpu_ranges(allowed)) + ")");
   }
   return out;
 }

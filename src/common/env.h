@@ -29,8 +29,8 @@ struct VarInfo {
   const char* default_value;
   const char* meaning;
   Type type;
-  double min = 0;                // kDuration: exclusive lower bound; kCount: inclusive
-  double max = 0;                // kDuration, kCount: inclusive upper bound
+  double min = 0;                 // kDuration: exclusive lower bound; kCount: inclusive
+  double max = 0;                 // kDuration, kCount: inclusive upper bound
   const char* choices = nullptr;  // kEnum
 };
 

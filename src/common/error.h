@@ -38,10 +38,11 @@ struct Unsupported : Error {
 };
 
 // "file:line: message" helper for internal invariants.
-#define ANYEP_CHECK(cond, ...)                                                                  \
-  do {                                                                                          \
-    if (!(cond)) throw ::anyep::InternalError(std::string(__FILE__ ":") + std::to_string(__LINE__) + \
-                                              ": check failed: " #cond ": " + std::string(__VA_ARGS__)); \
+#define ANYEP_CHECK(cond, ...)                                                                \
+  do {                                                                                        \
+    if (!(cond))                                                                              \
+      throw ::anyep::InternalError(std::string(__FILE__ ":") + std::to_string(__LINE__) +     \
+                                   ": check failed: " #cond ": " + std::string(__VA_ARGS__)); \
   } while (0)
 
 }  // namespace anyep

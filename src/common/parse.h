@@ -49,12 +49,12 @@ inline uint64_t parse_count(std::string_view what, std::string_view text, uint64
 
 // A finite number of seconds in [min, max] ("1.5", "1e-3"; no "inf", "nan", spaces or units).
 inline double parse_seconds(std::string_view what, std::string_view text, double min, double max) {
-  const std::string range = " (accepted: seconds in [" + parse_detail::number(min) + ", " + parse_detail::number(max) + "])";
+  const std::string range =
+      " (accepted: seconds in [" + parse_detail::number(min) + ", " + parse_detail::number(max) + "])";
   const std::string s(text);
   // strtod skips leading spaces and reads "inf"/"nan"/hex: take only plain decimal text.
   bool plain = !s.empty();
-  for (char c : s)
-    plain &= (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+';
+  for (char c : s) plain &= (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+';
   if (!plain) throw InvalidArgument(parse_detail::quoted(what, text) + " is not a number" + range);
   char* end = nullptr;
   errno = 0;
@@ -66,7 +66,8 @@ inline double parse_seconds(std::string_view what, std::string_view text, double
 }
 
 // One of `choices`, exactly (case-sensitive).
-inline std::string parse_choice(std::string_view what, std::string_view text, std::initializer_list<std::string_view> choices) {
+inline std::string parse_choice(std::string_view what, std::string_view text,
+                                std::initializer_list<std::string_view> choices) {
   std::string accepted;
   for (std::string_view c : choices) {
     if (text == c) return std::string(text);

@@ -231,7 +231,8 @@ ANYEP_DEVICE ANYEP_INLINE uint4 load16_read_once(const void* p) {
 #if defined(__CUDA_ARCH__)
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 #else
   // AMD: a plain load for now (its non-temporal hint is for the HIP issue to choose and measure).
@@ -396,9 +397,9 @@ ANYEP_HD ANYEP_INLINE void spin_pause() {
 // Unrecoverable misuse detected inside a kernel (e.g. a value that does not fit its wire field):
 // print what was wrong, then trap so the launch fails with an error the host sees.
 #if defined(ANYEP_DEVICE_PASS)
-#define ANYEP_DEVICE_FAIL(...)  \
-  do {                          \
+#define ANYEP_DEVICE_FAIL(...)                  \
+  do {                                          \
     printf("anyep device error: " __VA_ARGS__); \
-    __trap();                   \
+    __trap();                                   \
   } while (0)
 #endif

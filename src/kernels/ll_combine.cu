@@ -60,8 +60,8 @@ __device__ void send_phase(const CombineArgs& a) {
         for (int s = threadIdx.x; s < count; s += blockDim.x) {
           __threadfence_system();
           dev::push_write(c, tag, r, g.dispatch_slot_off(bd, l, r, s) + kHeaderBytes,
-                          g.combine_slot_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s]),
-                          g.combine_slot_bytes(), c.rank * L + l);
+                          g.combine_slot_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s]), g.combine_slot_bytes(),
+                          c.rank * L + l);
         }
         continue;
       }
@@ -111,8 +111,8 @@ __device__ void recv_phase(const CombineArgs& a) {
       if (e >= 0 && e < E) {
         uint64_t waited = 0;
         bool timed_out = false;
-        const bool arrived =
-            dev::wait_signal(c, c.peers[e / L] != nullptr, g.combine_flag_off(c.buf, e), e / L, &waited, &timed_out) != 0;
+        const bool arrived = dev::wait_signal(c, c.peers[e / L] != nullptr, g.combine_flag_off(c.buf, e), e / L,
+                                              &waited, &timed_out) != 0;
         if (timed_out) dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, t);
         if (a.wait_recv_cost_stats)
           atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + e / L),

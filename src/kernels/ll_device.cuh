@@ -113,7 +113,8 @@ __device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) 
 // has filled the ring's error record (the runtime raises it); report it here too so waits end.
 __device__ inline void push_cmd(const Common& c, uint32_t tag, const channel::TransferCmd& cmd, int expert, int peer) {
   const channel::RingHandle& ring = c.proxy.rings[tag % static_cast<uint32_t>(c.proxy.num_rings)];
-  if (ring.push(cmd) == channel::kPushFailed) report(c.err, kErrRingTimeout, c.rank, expert, peer, static_cast<int>(ring.ring_id));
+  if (ring.push(cmd) == channel::kPushFailed)
+    report(c.err, kErrRingTimeout, c.rank, expert, peer, static_cast<int>(ring.ring_id));
 }
 
 // A proxy WRITE of fence group `tag` (symmetric offsets). Fits by construction (the runtime
@@ -131,7 +132,7 @@ __device__ inline void push_count_signal(const Common& c, uint32_t tag, int peer
   // Fits by construction like push_write (counters and tags are laid out by the runtime).
   push_cmd(c, tag,
            channel::make_signal(static_cast<uint32_t>(peer), counter, value, channel::cmd::kFenceCount, tag,
-                       static_cast<uint32_t>(fence_count)),
+                                static_cast<uint32_t>(fence_count)),
            expert, peer);
 }
 

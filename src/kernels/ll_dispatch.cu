@@ -179,7 +179,8 @@ __device__ void send_phase(const DispatchArgs& a) {
       ok = ok && !dev::rank_masked(c, owner);  // shrink mode: a masked owner gets no count either
       if (ok && base != nullptr) {
         // Count after data: release at system scope (the owner polls with acquire).
-        port::store_release_system(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1);
+        port::store_release_system(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)),
+                                   cnt + 1);
       } else if (ok && c.proxy.rings != nullptr) {
         // Count after data through the proxy: the receiving proxy applies it once `cnt` WRITEs of
         // this fence group landed (kFenceCount); same ring as those WRITEs, pushed after them.
@@ -225,8 +226,9 @@ __device__ void recv_phase(const DispatchArgs& a) {
       }
       const int begin = atomicAdd(&c.ws.recv_total[l], count);
       a.layout_range[static_cast<int64_t>(l) * R + r] = (static_cast<int64_t>(begin) << 32) | count;
-      if (a.wait_recv_cost_stats) atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
-                                            static_cast<unsigned long long>(waited));
+      if (a.wait_recv_cost_stats)
+        atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
+                  static_cast<unsigned long long>(waited));
       s_begin = begin;
       s_count = count;
     }
@@ -250,7 +252,8 @@ __device__ void recv_phase(const DispatchArgs& a) {
       float* sc = static_cast<float*>(a.recv_scales);
       for (int i = threadIdx.x; i < count * G; i += blockDim.x) {
         const int s = i / G, gi = i - s * G;
-        const float f = dev::ld_recv(reinterpret_cast<const float*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
+        const float f =
+            dev::ld_recv(reinterpret_cast<const float*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
         sc[(static_cast<int64_t>(l) * G + gi) * RT + begin + s] = f;  // [L, G, R*T]: column-major view
       }
     } else if (a.fmt == Format::kFP8UE8M0) {
@@ -258,7 +261,8 @@ __device__ void recv_phase(const DispatchArgs& a) {
       const int G4 = G / kUe8m0Pack;
       for (int i = threadIdx.x; i < count * G4; i += blockDim.x) {
         const int s = i / G4, gi = i - s * G4;
-        const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
+        const float4 f =
+            dev::ld_recv(reinterpret_cast<const float4*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
         // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first.
         const uint32_t packed = ((__float_as_uint(f.x) >> 23) & 0xffu) | (((__float_as_uint(f.y) >> 23) & 0xffu) << 8) |
                                 (((__float_as_uint(f.z) >> 23) & 0xffu) << 16) |

@@ -33,12 +33,12 @@ enum ErrorCode : uint32_t {
   kErrRingTimeout = 7,          // a proxy ring stayed full (proxy stalled or stopped)
 };
 struct alignas(32) ErrorRecord {
-  uint32_t code;     // ErrorCode; written last
-  uint32_t claim;    // first reporter wins
-  int32_t rank;      // reporting rank
-  int32_t expert;    // global expert (or -1)
-  int32_t peer;      // rank that was waited for (or -1)
-  int32_t value;     // e.g. count expected/observed
+  uint32_t code;   // ErrorCode; written last
+  uint32_t claim;  // first reporter wins
+  int32_t rank;    // reporting rank
+  int32_t expert;  // global expert (or -1)
+  int32_t peer;    // rank that was waited for (or -1)
+  int32_t value;   // e.g. count expected/observed
   int32_t pad[2];
 };
 static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord is 32 bytes");
@@ -57,7 +57,7 @@ struct Workspace {
 // it sees a group's WRITEs before its SIGNAL (the SIGNAL is pushed after every WRITE of the group
 // was pushed), so the order holds even when the proxy bypasses its ordering engine.
 struct ProxyPath {
-  const channel::RingHandle* rings = nullptr;       // device array [num_rings]; null: no proxy
+  const channel::RingHandle* rings = nullptr;  // device array [num_rings]; null: no proxy
   int num_rings = 0;
   unsigned long long* counters = nullptr;  // [kNumCounters] pinned host memory, GPU view
 };
@@ -66,16 +66,16 @@ struct Common {
   Layout g;
   int rank = 0;
   int num_topk = 0;
-  int num_tokens = 0;      // this rank's tokens, <= g.T
-  int buf = 0;             // buffer half, 0 or 1
+  int num_tokens = 0;  // this rank's tokens, <= g.T
+  int buf = 0;         // buffer half, 0 or 1
   int phases = kPhaseBoth;
-  int num_blocks = 0;      // grid size (all blocks must be co-resident)
-  uint8_t* local = nullptr;          // this rank's LL buffer
-  uint8_t* const* peers = nullptr;   // device array [R]: peer buffer via CUDA IPC, null if not NVLink
-  bool host_mem = false;             // `local` is pinned host memory (host-staged proxy buffer)
+  int num_blocks = 0;               // grid size (all blocks must be co-resident)
+  uint8_t* local = nullptr;         // this rank's LL buffer
+  uint8_t* const* peers = nullptr;  // device array [R]: peer buffer via CUDA IPC, null if not NVLink
+  bool host_mem = false;            // `local` is pinned host memory (host-staged proxy buffer)
   ProxyPath proxy{};
   Workspace ws{};
-  ErrorRecord* err = nullptr;        // device view of the host-mapped record
+  ErrorRecord* err = nullptr;  // device view of the host-mapped record
   uint64_t timeout_ns = 0;
   // Shrink mode (Buffer(enable_shrink=True)): device int32 [R], non-zero = rank masked. Sends
   // skip a masked rank and waits do not wait for it; a peer wait that times out masks the peer
@@ -89,27 +89,27 @@ struct DispatchArgs {
   const int64_t* topk_idx = nullptr;  // [N, K], -1 = none
   Format fmt = Format::kFP8;
   bool round_scale = false;
-  void* recv_x = nullptr;             // [L, R*T, H] bf16 or e4m3
-  void* recv_scales = nullptr;        // fp32 [L, H/128, R*T] or int32 [L, H/512, R*T] (column-major views)
-  int32_t* recv_count = nullptr;      // [L]
-  int32_t* src_info = nullptr;        // [L, R*T] source token index
-  int32_t* src_topk = nullptr;        // [L, R*T] top-k slot of that row (for combine)
-  int64_t* layout_range = nullptr;    // [L, R] begin << 32 | count
+  void* recv_x = nullptr;                    // [L, R*T, H] bf16 or e4m3
+  void* recv_scales = nullptr;               // fp32 [L, H/128, R*T] or int32 [L, H/512, R*T] (column-major views)
+  int32_t* recv_count = nullptr;             // [L]
+  int32_t* src_info = nullptr;               // [L, R*T] source token index
+  int32_t* src_topk = nullptr;               // [L, R*T] top-k slot of that row (for combine)
+  int64_t* layout_range = nullptr;           // [L, R] begin << 32 | count
   int32_t* cumulative_recv_stats = nullptr;  // [L] optional
   int64_t* wait_recv_cost_stats = nullptr;   // [R] optional (ns)
-  int32_t* handle_half = nullptr;     // out: the buffer half this dispatch used (combine stages there)
+  int32_t* handle_half = nullptr;            // out: the buffer half this dispatch used (combine stages there)
 };
 
 struct CombineArgs {
   Common c;
-  const void* x = nullptr;            // bf16 [L, R*T, H] expert outputs
+  const void* x = nullptr;  // bf16 [L, R*T, H] expert outputs
   const int32_t* src_info = nullptr;
   const int32_t* src_topk = nullptr;
   const int64_t* layout_range = nullptr;
-  const int32_t* handle_half = nullptr;  // dispatch half of the handle (written by its dispatch)
-  const int64_t* topk_idx = nullptr;  // [N, K] home rank's routing
-  const float* topk_weights = nullptr;  // [N, K]
-  void* out = nullptr;                // bf16 [N, H]
+  const int32_t* handle_half = nullptr;     // dispatch half of the handle (written by its dispatch)
+  const int64_t* topk_idx = nullptr;        // [N, K] home rank's routing
+  const float* topk_weights = nullptr;      // [N, K]
+  void* out = nullptr;                      // bf16 [N, H]
   int64_t* wait_recv_cost_stats = nullptr;  // [R] optional (ns)
 };
 

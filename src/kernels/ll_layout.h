@@ -75,14 +75,14 @@
 namespace anyep::ll {
 
 inline constexpr int kMaxTopk = 16;
-inline constexpr int kScaleGroup = 128;   // elements per FP8 scale
-inline constexpr int kUe8m0Pack = 4;      // UE8M0 exponents per int32
+inline constexpr int kScaleGroup = 128;  // elements per FP8 scale
+inline constexpr int kUe8m0Pack = 4;     // UE8M0 exponents per int32
 inline constexpr int kMaxHidden = 16384;
 inline constexpr int kHeaderBytes = 16;
 inline constexpr int kSignalAlign = 256;
-inline constexpr int64_t kMaxExperts = 4096;  // signal area and scratch counters are sized for this
+inline constexpr int64_t kMaxExperts = 4096;              // signal area and scratch counters are sized for this
 inline constexpr int64_t kNumCounters = 4 * kMaxExperts;  // proxy signal counters (= signal slots)
-inline constexpr int64_t kHandleTail = 4;  // int32 words after the two planes of a handle (see above)
+inline constexpr int64_t kHandleTail = 4;                 // int32 words after the two planes of a handle (see above)
 
 // Proxy fence-group kinds (see the tag formula above).
 enum TagKind : int { kTagDispatch = 0, kTagCombine = 1 };
@@ -92,7 +92,9 @@ ANYEP_HD ANYEP_INLINE constexpr uint32_t proxy_tag(int kind, int b, int64_t l, i
   return static_cast<uint32_t>((kind * 2 + b) * max_local_experts(R) + l);
 }
 // Counter a proxy SIGNAL targets for the signal at byte offset `signal_off` of the signal area.
-ANYEP_HD ANYEP_INLINE constexpr uint32_t counter_of(uint64_t signal_off) { return static_cast<uint32_t>(signal_off / 4); }
+ANYEP_HD ANYEP_INLINE constexpr uint32_t counter_of(uint64_t signal_off) {
+  return static_cast<uint32_t>(signal_off / 4);
+}
 
 struct MsgHeader {
   int32_t src_token;
@@ -112,9 +114,7 @@ struct Layout {
     return align_up(kHeaderBytes + 2 * static_cast<uint64_t>(H), 16);
   }
   // FP8 payload sits right after the header; its scales right after the payload.
-  ANYEP_HD ANYEP_INLINE constexpr uint64_t fp8_scale_offset() const {
-    return kHeaderBytes + static_cast<uint64_t>(H);
-  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t fp8_scale_offset() const { return kHeaderBytes + static_cast<uint64_t>(H); }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t signal_bytes() const {
     return align_up(2ull * 2ull * static_cast<uint64_t>(kMaxExperts) * 4ull, kSignalAlign);
   }
@@ -170,8 +170,7 @@ ANYEP_HD inline const char* layout_unsupported(const Layout& g) {
   if (g.R <= 0) return "num_ranks must be positive";
   if (g.E <= 0 || g.E % g.R != 0) return "num_experts must be a positive multiple of num_ranks";
   if (g.E > kMaxExperts) return "num_experts exceeds 4096 (ll::kMaxExperts)";
-  if (g.H <= 0 || g.H % kScaleGroup != 0 || g.H > kMaxHidden)
-    return "hidden must be a multiple of 128 in [128, 16384]";
+  if (g.H <= 0 || g.H % kScaleGroup != 0 || g.H > kMaxHidden) return "hidden must be a multiple of 128 in [128, 16384]";
   return nullptr;
 }
 

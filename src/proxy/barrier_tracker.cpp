@@ -9,7 +9,8 @@ BarrierTracker::BarrierTracker(const HostLayout& hosts, HostShm* shm, uint32_t t
     : hosts_(hosts), shm_(shm), thread_(thread), num_ranks_(static_cast<uint32_t>(hosts.host_of.size())), ep_(ep) {
   if (hosts.rank >= num_ranks_ || hosts.local_index.size() != num_ranks_)
     throw InternalError("barrier tracker: host layout does not cover rank " + std::to_string(hosts.rank));
-  for (int k = 0; k < 2; ++k) barriers_in_[k].assign(num_ranks_, 0), epoch_in_[k].assign(2 * static_cast<size_t>(num_ranks_), 0);
+  for (int k = 0; k < 2; ++k)
+    barriers_in_[k].assign(num_ranks_, 0), epoch_in_[k].assign(2 * static_cast<size_t>(num_ranks_), 0);
 }
 
 int BarrierTracker::fail(int rc, std::string msg) {
@@ -46,7 +47,8 @@ int BarrierTracker::flat(BarrierState& b, uint64_t& outstanding, uint64_t contex
     if (e != mine)
       return fail(-EINVAL, std::string(b.rail ? "rail " : "") + "BARRIER #" + std::to_string(b.target) + ": " +
                                hosts_.name(p) + " entered it with epoch " + std::to_string(e) +
-                               " but this rank with epoch " + std::to_string(mine) + " (mod 2^16; mismatched barriers)");
+                               " but this rank with epoch " + std::to_string(mine) +
+                               " (mod 2^16; mismatched barriers)");
   }
   return 1;
 }
@@ -92,7 +94,8 @@ int BarrierTracker::hierarchical(BarrierState& b, uint64_t& outstanding, uint64_
 }
 
 int BarrierTracker::on_arrival(uint32_t src, uint32_t v) {
-  if (!imm::barrier_reserved_clear(v)) return fail(-EPROTO, "malformed barrier immediate from rank " + std::to_string(src));
+  if (!imm::barrier_reserved_clear(v))
+    return fail(-EPROTO, "malformed barrier immediate from rank " + std::to_string(src));
   const bool rail = imm::barrier_rail(v);
   if (!in_set(src, rail) || (!rail && !hosts_.leader()))
     return fail(-EPROTO, std::string(rail ? "rail " : "") + "barrier arrival from " + hosts_.name(src) +
@@ -114,7 +117,9 @@ std::string BarrierTracker::missing(const BarrierState& b, uint64_t outstanding)
       const uint32_t c = shm_->arrival(thread_, j).count.load(std::memory_order_acquire);
       const uint32_t p = hl.local_ranks[j];
       if (c < b.target)
-        m += " rank " + std::to_string(p) + " (host " + std::to_string(hl.host) + ", entered " + std::to_string(c) + ")", ++shown;
+        m +=
+            " rank " + std::to_string(p) + " (host " + std::to_string(hl.host) + ", entered " + std::to_string(c) + ")",
+            ++shown;
     }
     if (!hl.leader()) {
       if (!shown)
@@ -129,7 +134,8 @@ std::string BarrierTracker::missing(const BarrierState& b, uint64_t outstanding)
   for (uint32_t p = 0; p < num_ranks_ && shown < 16; ++p)
     if (p != hl.rank && in_set(p, b.rail) && barriers_in_[b.rail][p] < b.target) {
       const std::string n = std::to_string(barriers_in_[b.rail][p]);
-      m += local ? " host " + std::to_string(hl.host_of[p]) + " (its leader rank " + std::to_string(p) + " entered " + n + ")"
+      m += local ? " host " + std::to_string(hl.host_of[p]) + " (its leader rank " + std::to_string(p) + " entered " +
+                       n + ")"
                  : " rank " + std::to_string(p) + " (host " + std::to_string(hl.host_of[p]) + ", entered " + n + ")";
       ++shown;
     }

@@ -56,15 +56,16 @@ std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()
 void raise_first(const std::vector<std::vector<uint8_t>>& all, const char* step) {
   for (uint32_t p = 0; p < all.size(); ++p)
     if (!all[p].empty())
-      throw InvalidArgument(std::string("proxy: host barrier setup (") + step + ") failed on rank " + std::to_string(p) +
-                            ": " + std::string(all[p].begin(), all[p].end()) +
+      throw InvalidArgument(std::string("proxy: host barrier setup (") + step + ") failed on rank " +
+                            std::to_string(p) + ": " + std::string(all[p].begin(), all[p].end()) +
                             " (set ANYEP_PROXY_RANKS_PER_HOST=1 to run barriers over the transport only)");
 }
 
 }  // namespace
 
 struct HostShmAccess {
-  static std::shared_ptr<HostShm> create(const std::string& name, uint64_t token, uint32_t local_size, uint32_t threads) {
+  static std::shared_ptr<HostShm> create(const std::string& name, uint64_t token, uint32_t local_size,
+                                         uint32_t threads) {
     const size_t bytes = kHeaderBytes + sizeof(BarrierWord) * static_cast<size_t>(threads) * (local_size + 1);
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) throw InternalError("shm_open(" + name + ", create): " + std::strerror(errno));
@@ -157,8 +158,8 @@ Hosts setup_hosts(transport::Bootstrap& boot, uint32_t ranks_per_host, uint32_t 
     std::memcpy(&rph, &all[p][0], 4);
     if (p == 0) std::memcpy(&job, &all[p][4], 8);
     if (rph != ranks_per_host)
-      throw InvalidArgument("proxy: ranks per host is " + std::to_string(rph) + " on rank " + std::to_string(p) + " but " +
-                            std::to_string(ranks_per_host) + " here (ANYEP_PROXY_RANKS_PER_HOST must agree)");
+      throw InvalidArgument("proxy: ranks per host is " + std::to_string(rph) + " on rank " + std::to_string(p) +
+                            " but " + std::to_string(ranks_per_host) + " here (ANYEP_PROXY_RANKS_PER_HOST must agree)");
     uint32_t h;
     if (ranks_per_host) {
       h = p / ranks_per_host;

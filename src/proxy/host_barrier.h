@@ -23,13 +23,13 @@ namespace anyep::proxy {
 
 struct HostLayout {
   uint32_t rank = 0;
-  uint32_t host = 0;                      // my host
+  uint32_t host = 0;  // my host
   uint32_t num_hosts = 1;
-  uint32_t ranks_per_host = 0;            // 0: detected from host identities; else emulated
-  std::vector<uint32_t> host_of;          // [rank] host index (numbered by first rank)
-  std::vector<uint32_t> local_index;      // [rank] position among its host's ranks (= its rail)
-  std::vector<uint32_t> leader_of_host;   // [host] lowest rank of that host
-  std::vector<uint32_t> local_ranks;      // ranks of my host, ascending
+  uint32_t ranks_per_host = 0;           // 0: detected from host identities; else emulated
+  std::vector<uint32_t> host_of;         // [rank] host index (numbered by first rank)
+  std::vector<uint32_t> local_index;     // [rank] position among its host's ranks (= its rail)
+  std::vector<uint32_t> leader_of_host;  // [host] lowest rank of that host
+  std::vector<uint32_t> local_ranks;     // ranks of my host, ascending
   uint32_t local_size() const { return static_cast<uint32_t>(local_ranks.size()); }
   bool is_leader(uint32_t r) const { return local_index[r] == 0; }
   bool leader() const { return is_leader(rank); }

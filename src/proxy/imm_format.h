@@ -72,9 +72,7 @@ inline constexpr uint32_t encode_write(uint32_t tag, uint32_t segment, bool plus
 inline constexpr uint32_t write_tag(uint32_t v) { return (v >> kTagShift) & mask(kTagBits); }
 inline constexpr uint32_t write_segment(uint32_t v) { return (v >> kSegmentShift) & mask(kSegmentBits); }
 inline constexpr bool write_plus_one(uint32_t v) { return (v >> kPlusOneShift) & 1u; }
-inline constexpr bool write_reserved_clear(uint32_t v) {
-  return ((v & mask(kPayloadBits)) >> kWriteUsedBits) == 0;
-}
+inline constexpr bool write_reserved_clear(uint32_t v) { return ((v & mask(kPayloadBits)) >> kWriteUsedBits) == 0; }
 
 inline constexpr uint32_t encode_signal(uint32_t seq) {
   return (static_cast<uint32_t>(Kind::kSignal) << kKindShift) | (seq & kSeqMask);
@@ -82,14 +80,11 @@ inline constexpr uint32_t encode_signal(uint32_t seq) {
 inline constexpr uint32_t signal_seq(uint32_t v) { return v & kSeqMask; }
 
 inline constexpr uint32_t encode_barrier(uint32_t epoch, bool rail) {
-  return (static_cast<uint32_t>(Kind::kBarrier) << kKindShift) | (epoch & kEpochMask) |
-         (rail ? 1u << kRailShift : 0u);
+  return (static_cast<uint32_t>(Kind::kBarrier) << kKindShift) | (epoch & kEpochMask) | (rail ? 1u << kRailShift : 0u);
 }
 inline constexpr uint32_t barrier_epoch(uint32_t v) { return v & kEpochMask; }
 inline constexpr bool barrier_rail(uint32_t v) { return (v >> kRailShift) & 1u; }
-inline constexpr bool barrier_reserved_clear(uint32_t v) {
-  return ((v & mask(kPayloadBits)) >> (kRailShift + 1)) == 0;
-}
+inline constexpr bool barrier_reserved_clear(uint32_t v) { return ((v & mask(kPayloadBits)) >> (kRailShift + 1)) == 0; }
 
 inline constexpr uint32_t encode_credit(uint32_t slots) {
   return (static_cast<uint32_t>(Kind::kCredit) << kKindShift) | (slots & mask(kCreditBits));

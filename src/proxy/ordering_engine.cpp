@@ -9,9 +9,12 @@ namespace anyep::proxy {
 namespace {
 const char* fence_name(uint8_t f) {
   switch (static_cast<Fence>(f)) {
-    case Fence::kNone: return "unfenced";
-    case Fence::kCount: return "count-fenced (LL)";
-    case Fence::kOrdered: return "ordered (HT)";
+    case Fence::kNone:
+      return "unfenced";
+    case Fence::kCount:
+      return "count-fenced (LL)";
+    case Fence::kOrdered:
+      return "ordered (HT)";
   }
   return "?";
 }
@@ -19,7 +22,8 @@ const char* fence_name(uint8_t f) {
 
 OrderingEngine::OrderingEngine(const EngineConfig& cfg) : cfg_(cfg) {
   if (cfg.num_ranks == 0 || cfg.my_rank >= cfg.num_ranks)
-    throw InvalidArgument("ordering engine: rank " + std::to_string(cfg.my_rank) + " of " + std::to_string(cfg.num_ranks));
+    throw InvalidArgument("ordering engine: rank " + std::to_string(cfg.my_rank) + " of " +
+                          std::to_string(cfg.num_ranks));
   if (cfg.num_tags == 0 || cfg.num_tags > imm::kMaxTags)
     throw InvalidArgument("ordering engine: num_tags must be 1.." + std::to_string(imm::kMaxTags) + " (got " +
                           std::to_string(cfg.num_tags) + ")");
@@ -27,7 +31,8 @@ OrderingEngine::OrderingEngine(const EngineConfig& cfg) : cfg_(cfg) {
   if (cfg.max_pending == 0) throw InvalidArgument("ordering engine: max_pending must be >= 1");
   groups_.resize(static_cast<size_t>(cfg.num_ranks) * cfg.num_tags);
   pool_.resize(cfg.max_pending);
-  for (uint32_t i = 0; i < cfg.max_pending; ++i) pool_[i].next = i + 1 < cfg.max_pending ? int32_t(i + 1) : -1, pool_[i].used = false;
+  for (uint32_t i = 0; i < cfg.max_pending; ++i)
+    pool_[i].next = i + 1 < cfg.max_pending ? int32_t(i + 1) : -1, pool_[i].used = false;
   free_ = 0;
 }
 
@@ -72,8 +77,8 @@ int OrderingEngine::on_write(uint32_t src, uint32_t v, uint64_t now_ns) {
   if (ahead >= kWindow)
     return fail(-EPROTO, "write from peer " + std::to_string(src) + " on tag " + std::to_string(tag) +
                              " is for segment " + std::to_string(seg) + " while segment " +
-                             std::to_string(g.next_segment) + " is still open: more than " +
-                             std::to_string(kWindow) + " ordered signals in flight on one channel");
+                             std::to_string(g.next_segment) + " is still open: more than " + std::to_string(kWindow) +
+                             " ordered signals in flight on one channel");
   ++g.landed;
   ++g.seg_landed[seg % kWindow];
   if (int rc = drain_count(src, tag, g)) return rc;
@@ -82,9 +87,9 @@ int OrderingEngine::on_write(uint32_t src, uint32_t v, uint64_t now_ns) {
 
 int OrderingEngine::hold(uint32_t src, const SignalRecord& rec, uint64_t now_ns, int32_t* out) {
   if (free_ < 0)
-    return fail(-ENOBUFS, "more than " + std::to_string(cfg_.max_pending) +
-                              " signals held at once (latest from peer " + std::to_string(src) + ", tag " +
-                              std::to_string(rec.tag) + "): raise max_pending or check that writes arrive");
+    return fail(-ENOBUFS, "more than " + std::to_string(cfg_.max_pending) + " signals held at once (latest from peer " +
+                              std::to_string(src) + ", tag " + std::to_string(rec.tag) +
+                              "): raise max_pending or check that writes arrive");
   const int32_t i = free_;
   free_ = pool_[i].next;
   pool_[i] = Held{rec, src, -1, now_ns, true};
@@ -186,8 +191,8 @@ int OrderingEngine::check_timeouts(uint64_t now_ns) {
       what = std::to_string(h.rec.fence_count - have) + " of its " + std::to_string(h.rec.fence_count) +
              " writes never arrived (" + std::to_string(have) + " landed)";
     } else if (h.rec.segment != g.next_segment) {
-      what = "it closes segment " + std::to_string(h.rec.segment) + " but segment " +
-             std::to_string(g.next_segment) + " was never closed (its signal or writes are missing)";
+      what = "it closes segment " + std::to_string(h.rec.segment) + " but segment " + std::to_string(g.next_segment) +
+             " was never closed (its signal or writes are missing)";
     } else {
       const uint32_t have = g.seg_landed[h.rec.segment % kWindow];
       what = std::to_string(h.rec.fence_count - have) + " of the " + std::to_string(h.rec.fence_count) +

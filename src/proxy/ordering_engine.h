@@ -30,11 +30,11 @@ namespace anyep::proxy {
 struct EngineConfig {
   uint32_t my_rank = 0;
   uint32_t num_ranks = 1;
-  uint32_t num_tags = 64;         // fence groups per source; tags >= this are rejected
-  uint32_t max_pending = 4096;    // signals that may be held at once (pool size)
+  uint32_t num_tags = 64;       // fence groups per source; tags >= this are rejected
+  uint32_t max_pending = 4096;  // signals that may be held at once (pool size)
   uint64_t timeout_ns = 30'000'000'000;
-  bool bypass = false;            // the transport already lands writes in order: apply on arrival
-  uint64_t* counters = nullptr;   // host memory the consumer (kernel) polls with acquire loads
+  bool bypass = false;           // the transport already lands writes in order: apply on arrival
+  uint64_t* counters = nullptr;  // host memory the consumer (kernel) polls with acquire loads
   uint32_t num_counters = 0;
 };
 

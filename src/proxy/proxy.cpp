@@ -22,7 +22,8 @@ void exchange(transport::Transport& ep, transport::Bootstrap& boot, const Symmet
       if (all[p].size() == mine.size()) std::memcpy(&len, &all[p][8 * k], 8);
       if (len != sym.regions()[k].length)
         throw InvalidArgument("proxy: region '" + sym.regions()[k].name + "' is " + std::to_string(len) +
-                              " bytes on rank " + std::to_string(p) + " but " + std::to_string(sym.regions()[k].length) +
+                              " bytes on rank " + std::to_string(p) + " but " +
+                              std::to_string(sym.regions()[k].length) +
                               " here: symmetric regions must have the same length on every rank");
     }
   std::vector<transport::MrId> ids(num_mrs);
@@ -35,21 +36,24 @@ ProxyConfig ProxyConfig::from_env() {
   ProxyConfig c;
   c.timeout_ns = env::get_duration_ns("ANYEP_TIMEOUT_S");
   const std::string ord = env::get_enum("ANYEP_PROXY_ORDERING");
-  if (ord == "auto") c.ordering = Ordering::kAuto;
-  else if (ord == "engine") c.ordering = Ordering::kEngine;
-  else if (ord == "bypass") c.ordering = Ordering::kBypass;
-  else throw InvalidArgument("ANYEP_PROXY_ORDERING='" + ord + "': expected auto, engine or bypass");
+  if (ord == "auto")
+    c.ordering = Ordering::kAuto;
+  else if (ord == "engine")
+    c.ordering = Ordering::kEngine;
+  else if (ord == "bypass")
+    c.ordering = Ordering::kBypass;
+  else
+    throw InvalidArgument("ANYEP_PROXY_ORDERING='" + ord + "': expected auto, engine or bypass");
   const int64_t rph = env::get_count("ANYEP_PROXY_RANKS_PER_HOST");
   if (rph > 0) c.ranks_per_node = static_cast<uint32_t>(rph);
   return c;
 }
 
-uint32_t Proxy::default_threads() {
-  return static_cast<uint32_t>(env::get_count("ANYEP_PROXY_THREADS"));
-}
+uint32_t Proxy::default_threads() { return static_cast<uint32_t>(env::get_count("ANYEP_PROXY_THREADS")); }
 
-Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel, std::vector<std::unique_ptr<transport::Transport>> endpoints,
-             const std::vector<Region>& regions, transport::Bootstrap& boot)
+Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel,
+             std::vector<std::unique_ptr<transport::Transport>> endpoints, const std::vector<Region>& regions,
+             transport::Bootstrap& boot)
     : channel_(channel), rank_(boot.rank()), num_ranks_(boot.size()) {
   const uint32_t T = static_cast<uint32_t>(endpoints.size());
   if (T == 0) throw InvalidArgument("proxy: no transport endpoints (one per proxy thread)");
@@ -68,16 +72,16 @@ Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel, std::vector<std:
   if (cfg.native_atomics && !caps.native_atomics)
     throw Unsupported("proxy: native atomics requested, but transport " + caps.backend + "/" + caps.provider +
                       " has none (leave native_atomics off: signals are emulated by the receiving proxy)");
-  if (cfg.native_atomics)
-    throw Unsupported("proxy: native remote atomics are not wired up yet; signals are emulated");
+  if (cfg.native_atomics) throw Unsupported("proxy: native remote atomics are not wired up yet; signals are emulated");
   if (cfg.ordering != Ordering::kAuto && cfg.ordering != Ordering::kEngine && cfg.ordering != Ordering::kBypass)
-    throw InvalidArgument("proxy: ordering " + std::to_string(static_cast<int>(cfg.ordering)) + " is not auto, engine or bypass");
+    throw InvalidArgument("proxy: ordering " + std::to_string(static_cast<int>(cfg.ordering)) +
+                          " is not auto, engine or bypass");
   bypass_ = cfg.ordering == Ordering::kBypass || (cfg.ordering == Ordering::kAuto && caps.ordered_writes);
   if (cfg.timeout_ns == 0) throw InvalidArgument("proxy: timeout_ns must be > 0");
   const uint64_t timeout_ns = cfg.timeout_ns;
   if (cfg.ranks_per_node && (*cfg.ranks_per_node == 0 || *cfg.ranks_per_node > 1u << 20))
-    throw InvalidArgument("proxy: ranks per host " + std::to_string(*cfg.ranks_per_node) +
-                          ": expected 1.." + std::to_string(1 << 20) + " (leave it unset to detect hosts)");
+    throw InvalidArgument("proxy: ranks per host " + std::to_string(*cfg.ranks_per_node) + ": expected 1.." +
+                          std::to_string(1 << 20) + " (leave it unset to detect hosts)");
   sym_ = std::make_unique<SymmetricMemory>(regions);
   hosts_ = setup_hosts(boot, cfg.ranks_per_node.value_or(0), T);  // 0: detect
 
@@ -92,8 +96,8 @@ Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel, std::vector<std:
     s.bypass = bypass_;
     s.hosts = &hosts_.layout;
     s.shm = hosts_.shm.get();
-    s.engine = EngineConfig{rank_, num_ranks_, cfg.num_tags, cfg.max_pending, timeout_ns, bypass_, cfg.counters,
-                            cfg.num_counters};
+    s.engine = EngineConfig{rank_,      num_ranks_, cfg.num_tags, cfg.max_pending,
+                            timeout_ns, bypass_,    cfg.counters, cfg.num_counters};
     std::vector<channel::RingConsumer*> rings;
     for (uint32_t r = t; r < channel.num_rings(); r += T) rings.push_back(&channel.consumer(r));
     threads_.push_back(std::make_unique<ProxyThread>(s, std::move(endpoints[t]), *sym_, std::move(rings), error_));

@@ -36,21 +36,21 @@ enum class Ordering : uint8_t {
 // Plain values: the proxy reads no environment variable. from_env() fills the fields the
 // environment sets; whoever builds the config at the top (runtime, main job, benchmarks) calls it.
 struct ProxyConfig {
-  uint32_t num_tags = 64;          // fence groups (LL experts / HT channels) per peer, <= 16384
-  uint32_t signal_slots = 256;     // signal-record slots per (peer, thread); flow controlled
-  uint32_t staging_slots = 256;    // outgoing signal records in flight per thread
-  uint32_t max_pending = 4096;     // held signals per thread
-  uint32_t batch = 32;             // commands drained from a ring at once
+  uint32_t num_tags = 64;                // fence groups (LL experts / HT channels) per peer, <= 16384
+  uint32_t signal_slots = 256;           // signal-record slots per (peer, thread); flow controlled
+  uint32_t staging_slots = 256;          // outgoing signal records in flight per thread
+  uint32_t max_pending = 4096;           // held signals per thread
+  uint32_t batch = 32;                   // commands drained from a ring at once
   uint64_t timeout_ns = 30'000'000'000;  // longest wait of any op (ANYEP_TIMEOUT_S's default)
   Ordering ordering = Ordering::kAuto;
-  bool native_atomics = false;     // opt-in; Unsupported when the transport has none
+  bool native_atomics = false;  // opt-in; Unsupported when the transport has none
   // Ranks per host: unset = detect from host identities; N >= 1 = emulated hosts of N consecutive
   // ranks. BARRIER meets through shared memory within a host; the rail barrier joins the ranks
   // with the same index on their host.
   std::optional<uint32_t> ranks_per_node;
-  int numa_node = -1;              // pin threads to this node's CPUs (ANYEP_PROXY_CPUS overrides)
-  std::vector<int> cpus;           // explicit CPUs (ANYEP_PROXY_CPUS overrides)
-  uint64_t* counters = nullptr;    // signal targets in host memory (GPU-mapped for kernels)
+  int numa_node = -1;            // pin threads to this node's CPUs (ANYEP_PROXY_CPUS overrides)
+  std::vector<int> cpus;         // explicit CPUs (ANYEP_PROXY_CPUS overrides)
+  uint64_t* counters = nullptr;  // signal targets in host memory (GPU-mapped for kernels)
   uint32_t num_counters = 0;
 
   // timeout_ns from ANYEP_TIMEOUT_S, ordering from ANYEP_PROXY_ORDERING, ranks_per_node from

@@ -16,10 +16,14 @@ namespace cmd = channel::cmd;
 namespace {
 anyepStatus status_of(int rc) {
   switch (rc) {
-    case -ETIMEDOUT: return anyepTimeout;
-    case -EINVAL: return anyepInvalidArgument;
-    case -EPROTO: return anyepTransportError;
-    default: return anyepInternalError;
+    case -ETIMEDOUT:
+      return anyepTimeout;
+    case -EINVAL:
+      return anyepInvalidArgument;
+    case -EPROTO:
+      return anyepTransportError;
+    default:
+      return anyepInternalError;
   }
 }
 
@@ -86,8 +90,8 @@ void ProxyThread::fatal(anyepStatus st, const std::string& msg) {
 
 ProxyThread::Step ProxyThread::reject(uint32_t r, const TransferCmd& c, const std::string& why) {
   // The command is retired without reaching the NIC; the host API raises the error.
-  err_.set(anyepInvalidArgument, where(r) + ": rejected command (lo=" + std::to_string(c.lo) +
-                                     " hi=" + std::to_string(c.hi) + "): " + why);
+  err_.set(anyepInvalidArgument,
+           where(r) + ": rejected command (lo=" + std::to_string(c.lo) + " hi=" + std::to_string(c.hi) + "): " + why);
   return Step::kDone;
 }
 
@@ -198,10 +202,14 @@ uint32_t ProxyThread::flush_writes(uint32_t r, uint32_t n, Step* stop) {
 
 ProxyThread::Step ProxyThread::execute(uint32_t r, const TransferCmd& c, uint64_t now) {
   switch (cmd_op(c)) {
-    case Op::kNop: return Step::kDone;
-    case Op::kWrite: return Step::kFailed;  // never here: service_ring builds and posts WRITEs in batches
-    case Op::kSignal: return do_signal(r, c);
-    case Op::kQuiet: return start_quiet(r, c, now);
+    case Op::kNop:
+      return Step::kDone;
+    case Op::kWrite:
+      return Step::kFailed;  // never here: service_ring builds and posts WRITEs in batches
+    case Op::kSignal:
+      return do_signal(r, c);
+    case Op::kQuiet:
+      return start_quiet(r, c, now);
     case Op::kBarrier: {
       RingState& st = rings_[r];
       st.block = Block::kBarrier;
@@ -210,8 +218,8 @@ ProxyThread::Step ProxyThread::execute(uint32_t r, const TransferCmd& c, uint64_
       return Step::kBlocked;
     }
     default:
-      return reject(r, c, "corrupted command: op " + std::to_string(static_cast<int>(cmd_op(c))) +
-                              " is not a valid operation");
+      return reject(
+          r, c, "corrupted command: op " + std::to_string(static_cast<int>(cmd_op(c))) + " is not a valid operation");
   }
 }
 
@@ -240,8 +248,8 @@ bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
     why = "WRITE source [" + std::to_string(so) + ", +" + std::to_string(len) + ") is outside the symmetric memory (" +
           sym_.describe() + ")";
   } else if (!sym_.translate(dof, len, &dw)) {
-    why = "WRITE destination [" + std::to_string(dof) + ", +" + std::to_string(len) + ") on rank " + std::to_string(dst) +
-          " is outside the symmetric memory (" + sym_.describe() + ")";
+    why = "WRITE destination [" + std::to_string(dof) + ", +" + std::to_string(len) + ") on rank " +
+          std::to_string(dst) + " is outside the symmetric memory (" + sym_.describe() + ")";
   }
   if (!why.empty()) {
     reject(r, c, why);
@@ -269,17 +277,21 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
   const uint32_t dst = cmd_dst_rank(c), tag = cmd_tag(c), counter = cmd_counter(c);
   const uint8_t flags = cmd_flags(c);
   if (dst >= s_.num_ranks)
-    return reject(r, c, "SIGNAL to rank " + std::to_string(dst) + ", but there are only " +
-                            std::to_string(s_.num_ranks) + " ranks (missing peer)");
+    return reject(r, c,
+                  "SIGNAL to rank " + std::to_string(dst) + ", but there are only " + std::to_string(s_.num_ranks) +
+                      " ranks (missing peer)");
   if (tag >= s_.cfg.num_tags)
     return reject(r, c, "SIGNAL tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.cfg.num_tags));
   if (counter >= s_.engine.num_counters)
-    return reject(r, c, "SIGNAL counter " + std::to_string(counter) + " >= num_counters " +
-                            std::to_string(s_.engine.num_counters));
+    return reject(
+        r, c,
+        "SIGNAL counter " + std::to_string(counter) + " >= num_counters " + std::to_string(s_.engine.num_counters));
   if ((flags & cmd::kFenceCount) && (flags & cmd::kFenceOrdered))
     return reject(r, c, "SIGNAL asks for both the count fence and the ordered fence");
   SendGroup& g = send_groups_[static_cast<size_t>(dst) * s_.cfg.num_tags + tag];
-  const Fence fence = (flags & cmd::kFenceCount) ? Fence::kCount : (flags & cmd::kFenceOrdered) ? Fence::kOrdered : Fence::kNone;
+  const Fence fence = (flags & cmd::kFenceCount)     ? Fence::kCount
+                      : (flags & cmd::kFenceOrdered) ? Fence::kOrdered
+                                                     : Fence::kNone;
   SignalRecord rec{};  // seq: the link's
   rec.counter = counter;
   rec.value = cmd_signal_value(c);
@@ -304,8 +316,9 @@ ProxyThread::Step ProxyThread::start_quiet(uint32_t r, const TransferCmd& c, uin
     const uint32_t id = static_cast<uint32_t>(__builtin_ctzll(named));
     const int lr = local_ring(id);
     if (lr < 0)
-      return reject(r, c, "QUIET names ring " + std::to_string(id) + ", which proxy thread " +
-                              std::to_string(s_.index) + " does not own (a QUIET may only name rings of its thread)");
+      return reject(r, c,
+                    "QUIET names ring " + std::to_string(id) + ", which proxy thread " + std::to_string(s_.index) +
+                        " does not own (a QUIET may only name rings of its thread)");
     m |= 1ull << lr;
   }
   bool clear = true;
@@ -346,7 +359,8 @@ bool ProxyThread::poll_transport(uint64_t now) {
   for (size_t i = 0; i < nc; ++i) {
     const transport::Completion& c = comps_[i];
     if (c.status) {
-      fatal(anyepTransportError, where(~0u) + ": a write failed (" + std::to_string(c.status) + "): " + ep_->last_error());
+      fatal(anyepTransportError,
+            where(~0u) + ": a write failed (" + std::to_string(c.status) + "): " + ep_->last_error());
       return false;
     }
     if (const uint64_t ring = completion::ring(c.context); ring != completion::kNoRing) --rings_[ring].outstanding;
@@ -360,7 +374,9 @@ bool ProxyThread::poll_transport(uint64_t now) {
     }
     int rc = 0;
     switch (imm::kind(v)) {
-      case imm::Kind::kWrite: rc = engine_.on_write(src, v, now); break;
+      case imm::Kind::kWrite:
+        rc = engine_.on_write(src, v, now);
+        break;
       case imm::Kind::kSignal: {
         SignalRecord rec;
         if (link_.receive(src, v, &rec)) {
@@ -410,9 +426,12 @@ void ProxyThread::check_timeouts(uint64_t now) {
       std::string what;
       for (uint64_t b = st.quiet_mask; b; b &= b - 1) {
         const RingState& o = rings_[__builtin_ctzll(b)];
-        if (o.outstanding) what += " ring " + std::to_string(o.ring->ring_id()) + ": " + std::to_string(o.outstanding) + " not complete;";
+        if (o.outstanding)
+          what +=
+              " ring " + std::to_string(o.ring->ring_id()) + ": " + std::to_string(o.outstanding) + " not complete;";
       }
-      fatal(anyepTimeout, where(r) + ": QUIET waited more than " + limit + " for remote completion of earlier commands:" + what);
+      fatal(anyepTimeout,
+            where(r) + ": QUIET waited more than " + limit + " for remote completion of earlier commands:" + what);
     } else {
       const BarrierState& b = st.barrier;
       fatal(anyepTimeout, where(r) + ": " + (b.rail ? "rail " : "") + "BARRIER #" + std::to_string(b.target) +

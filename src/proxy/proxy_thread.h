@@ -32,9 +32,9 @@ struct ThreadSetup {
   uint32_t index = 0;  // thread i of T
   uint32_t num_threads = 1;
   uint32_t rank = 0, num_ranks = 1;
-  uint64_t timeout_ns = 0;  // resolved (never 0)
-  bool bypass = false;      // resolved from cfg.ordering and the transport
-  ProxyConfig cfg;          // sizes: num_tags, signal_slots, staging_slots, batch
+  uint64_t timeout_ns = 0;            // resolved (never 0)
+  bool bypass = false;                // resolved from cfg.ordering and the transport
+  ProxyConfig cfg;                    // sizes: num_tags, signal_slots, staging_slots, batch
   const HostLayout* hosts = nullptr;  // owned by the Proxy
   HostShm* shm = nullptr;             // null when this host has one rank
   EngineConfig engine;
@@ -64,17 +64,17 @@ class ProxyThread {
   enum class Block : uint8_t { kNone, kQuiet, kBarrier };
   struct RingState {
     channel::RingConsumer* ring = nullptr;
-    uint64_t outstanding = 0;   // posted, not yet locally complete
-    uint32_t frozen = 0;        // QUIETs of other rings waiting on this one
+    uint64_t outstanding = 0;  // posted, not yet locally complete
+    uint32_t frozen = 0;       // QUIETs of other rings waiting on this one
     Block block = Block::kNone;
     uint64_t since_ns = 0;
-    uint64_t retry_since = 0;   // first failed post attempt of the head command (0: none)
-    uint64_t quiet_mask = 0;    // local ring indices the QUIET waits for
-    BarrierState barrier;       // the BARRIER at the head (block == kBarrier)
+    uint64_t retry_since = 0;  // first failed post attempt of the head command (0: none)
+    uint64_t quiet_mask = 0;   // local ring indices the QUIET waits for
+    BarrierState barrier;      // the BARRIER at the head (block == kBarrier)
   };
   struct SendGroup {
-    uint8_t segment = 0;        // ordered signals sent on (dst, tag), mod 256
-    uint32_t writes = 0;        // writes sent in the open segment
+    uint8_t segment = 0;  // ordered signals sent on (dst, tag), mod 256
+    uint32_t writes = 0;  // writes sent in the open segment
   };
 
   bool service_ring(uint32_t r, uint64_t now);
@@ -102,7 +102,7 @@ class ProxyThread {
   const SymmetricMemory& sym_;
   AsyncError& err_;
   OrderingEngine engine_;
-  SignalLink link_;         // registered on ep_ right after the symmetric regions
+  SignalLink link_;  // registered on ep_ right after the symmetric regions
   BarrierTracker barrier_;
   std::vector<RingState> rings_;
   bool failed_ = false;

@@ -6,7 +6,8 @@ namespace anyep::proxy {
 
 void SignalLink::check(const SignalLinkConfig& c) {
   if (c.signal_slots < 4 || (c.signal_slots & (c.signal_slots - 1)))
-    throw InvalidArgument("proxy: signal_slots must be a power of two >= 4 (got " + std::to_string(c.signal_slots) + ")");
+    throw InvalidArgument("proxy: signal_slots must be a power of two >= 4 (got " + std::to_string(c.signal_slots) +
+                          ")");
   if (c.staging_slots == 0) throw InvalidArgument("proxy: staging_slots and batch must be >= 1");
 }
 
@@ -46,8 +47,8 @@ int SignalLink::send(uint32_t dst, SignalRecord rec, uint32_t ring) {
   w.local_mr = staging_mr_;
   w.local_offset = static_cast<uint64_t>(slot) * sizeof(SignalRecord);
   w.remote_mr = signal_mr_;
-  w.remote_offset = (static_cast<uint64_t>(cfg_.rank) * cfg_.signal_slots + (seq & (cfg_.signal_slots - 1))) *
-                    sizeof(SignalRecord);
+  w.remote_offset =
+      (static_cast<uint64_t>(cfg_.rank) * cfg_.signal_slots + (seq & (cfg_.signal_slots - 1))) * sizeof(SignalRecord);
   w.length = sizeof(SignalRecord);
   w.has_imm = true;
   w.imm = imm::encode_signal(seq);
@@ -74,8 +75,8 @@ int SignalLink::receive(uint32_t src, uint32_t v, SignalRecord* out) {
   // can be handed back to the sender.
   *out = signal_area_[static_cast<size_t>(src) * slots + (seq & (slots - 1))];
   if (out->seq != seq)
-    return fail(-EPROTO, "signal record " + std::to_string(seq) + " from rank " + std::to_string(src) + " holds sequence " +
-                             std::to_string(out->seq) + " (slot overwritten or lost)");
+    return fail(-EPROTO, "signal record " + std::to_string(seq) + " from rank " + std::to_string(src) +
+                             " holds sequence " + std::to_string(out->seq) + " (slot overwritten or lost)");
   // Records may be read out of order (unordered transports): a slot is handed back only when every
   // earlier slot of this sender was read too, so credits free a contiguous run.
   uint8_t* read = &slot_read_[static_cast<size_t>(src) * slots];

@@ -61,8 +61,8 @@ class SignalLink {
   // ---- state, for timeouts and tests ----
   transport::MrId signal_mr() const { return signal_mr_; }
   transport::MrId staging_mr() const { return staging_mr_; }
-  uint32_t credit(uint32_t dst) const { return sig_credit_[dst]; }        // slots we may still fill
-  uint32_t next_seq(uint32_t dst) const { return sig_seq_[dst]; }         // of the next record to dst
+  uint32_t credit(uint32_t dst) const { return sig_credit_[dst]; }               // slots we may still fill
+  uint32_t next_seq(uint32_t dst) const { return sig_seq_[dst]; }                // of the next record to dst
   uint32_t owed(uint32_t src) const { return credit_owed_[src] + freed_[src]; }  // not yet returned
   const std::string& last_error() const { return error_; }
 
@@ -77,8 +77,8 @@ class SignalLink {
   std::vector<uint8_t> staging_busy_;            // [staging_slots] posted, not yet complete
   uint32_t staging_next_ = 0;
   // Sender.
-  std::vector<uint32_t> sig_seq_;      // [num_ranks] next signal sequence number
-  std::vector<uint32_t> sig_credit_;   // [num_ranks] record slots we may still fill
+  std::vector<uint32_t> sig_seq_;     // [num_ranks] next signal sequence number
+  std::vector<uint32_t> sig_credit_;  // [num_ranks] record slots we may still fill
   // Receiver.
   std::vector<uint32_t> freed_;        // [num_ranks] slots freed since our last credit
   std::vector<uint8_t> slot_read_;     // [num_ranks][signal_slots] read, not yet freed

@@ -13,7 +13,8 @@ void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "
 
 void expect_first_phases(int phases) {
   if (phases != ll::kPhaseSend && phases != ll::kPhaseBoth)
-    throw InvalidArgument("anyep LL: a call starts with phases kPhaseSend or kPhaseBoth, got " + std::to_string(phases));
+    throw InvalidArgument("anyep LL: a call starts with phases kPhaseSend or kPhaseBoth, got " +
+                          std::to_string(phases));
 }
 
 // The host check of topk_idx values, opt-in (ANYEP_LL_CHECK_INPUTS=1: it costs a copy and a
@@ -27,8 +28,8 @@ void check_topk_values(const LowLatencyBuffer& buf, const TensorRef& topk_idx, i
   if (st != cudaStreamCaptureStatusNone) return;
   std::vector<int64_t> host(static_cast<size_t>(n));
   cuda_check(cudaSetDevice(buf.device()), "cudaSetDevice");
-  cuda_check(cudaMemcpyAsync(host.data(), topk_idx.data, static_cast<size_t>(n) * sizeof(int64_t), cudaMemcpyDeviceToHost,
-                             stream),
+  cuda_check(cudaMemcpyAsync(host.data(), topk_idx.data, static_cast<size_t>(n) * sizeof(int64_t),
+                             cudaMemcpyDeviceToHost, stream),
              "copy topk_idx to the host for the value check");
   cuda_check(cudaStreamSynchronize(stream), "synchronize for the topk_idx value check");
   validate_topk_values(host.data(), n, E);
@@ -47,14 +48,16 @@ LLDispatchPlan dispatch_outputs(const LowLatencyBuffer& buf, const LLDispatchIn&
   return validate_dispatch(in, buf.info());
 }
 
-LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchOut& out, int phases, cudaStream_t stream) {
+LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchOut& out, int phases,
+                cudaStream_t stream) {
   expect_first_phases(phases);
   const LLDispatchPlan p = validate_dispatch(in, buf.info());
   validate_dispatch_outputs(p, out, buf.info());
   check_topk_values(buf, in.topk_idx, in.num_experts, stream);
 
   ll::DispatchArgs a;
-  a.c = buf.next_dispatch_common(LLShape{p.g.T, p.g.H, p.g.E}, static_cast<int>(p.num_tokens), static_cast<int>(p.num_topk));
+  a.c = buf.next_dispatch_common(LLShape{p.g.T, p.g.H, p.g.E}, static_cast<int>(p.num_tokens),
+                                 static_cast<int>(p.num_topk));
   a.x = in.x.data;
   a.topk_idx = static_cast<const int64_t*>(in.topk_idx.data);
   a.fmt = !in.use_fp8 ? ll::Format::kBF16 : (in.use_ue8m0 ? ll::Format::kFP8UE8M0 : ll::Format::kFP8);
@@ -85,7 +88,8 @@ LLCall combine(LowLatencyBuffer& buf, const LLCombineIn& in, const TensorRef& ou
   check_topk_values(buf, in.topk_idx, in.num_experts, stream);
 
   ll::CombineArgs a;
-  a.c = buf.next_combine_common(LLShape{p.g.T, p.g.H, p.g.E}, static_cast<int>(p.num_tokens), static_cast<int>(p.num_topk));
+  a.c = buf.next_combine_common(LLShape{p.g.T, p.g.H, p.g.E}, static_cast<int>(p.num_tokens),
+                                static_cast<int>(p.num_topk));
   a.x = in.x.data;
   const int32_t* handle = static_cast<const int32_t*>(in.src_info.data);  // storage_offset 0: the handle's start
   a.src_info = handle + p.g.handle_src_info_off();

@@ -38,7 +38,8 @@ LLDispatchPlan dispatch_outputs(const LowLatencyBuffer& buf, const LLDispatchIn&
 // skipped while `stream` captures a graph; without it the kernels refuse out-of-range experts and
 // report them on the next call). Then launches `phases` (kPhaseSend: the caller launches
 // kPhaseRecv later through the result, or kPhaseBoth).
-LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchOut& out, int phases, cudaStream_t stream);
+LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchOut& out, int phases,
+                cudaStream_t stream);
 
 // The output a combine needs (when the caller brings none), after checking its inputs.
 LLCombinePlan combine_outputs(const LowLatencyBuffer& buf, const LLCombineIn& in);

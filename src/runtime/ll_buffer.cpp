@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/env.h"
 #include "common/cuda_check.h"
+#include "common/env.h"
 #include "common/error.h"
 
 namespace anyep::runtime {
@@ -37,8 +37,8 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
                                    bool enable_shrink)
     : rank_(rank), num_ranks_(num_ranks), num_bytes_(num_bytes), path_(parse_ll_path(path)) {
   if (num_ranks <= 0 || rank < 0 || rank >= num_ranks)
-    throw InvalidArgument("anyep LL: rank " + std::to_string(rank) + " out of range for " +
-                          std::to_string(num_ranks) + " ranks");
+    throw InvalidArgument("anyep LL: rank " + std::to_string(rank) + " out of range for " + std::to_string(num_ranks) +
+                          " ranks");
   if (num_bytes <= 0) throw InvalidArgument("anyep LL: num_rdma_bytes must be positive for low-latency mode");
   if (device < 0) {
     cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
@@ -63,7 +63,8 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
     cuda_check(cudaHostAlloc(&host_alloc_, static_cast<size_t>(num_bytes), cudaHostAllocMapped | cudaHostAllocPortable),
                "cudaHostAlloc host-staged LL buffer");
     std::memset(host_alloc_, 0, static_cast<size_t>(num_bytes));
-    cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&local_), host_alloc_, 0), "map host-staged LL buffer");
+    cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&local_), host_alloc_, 0),
+               "map host-staged LL buffer");
   } else {
     cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)), "cudaMalloc LL buffer");
     cuda_check(cudaMemset(local_, 0, static_cast<size_t>(num_bytes)), "zero LL buffer");
@@ -73,7 +74,8 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "zero LL workspace");
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&dev_peers_), sizeof(uint8_t*) * num_ranks), "cudaMalloc peer table");
   cuda_check(cudaMemset(dev_peers_, 0, sizeof(uint8_t*) * num_ranks), "zero peer table");
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(ll::ErrorRecord), cudaHostAllocMapped), "cudaHostAlloc error record");
+  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(ll::ErrorRecord), cudaHostAllocMapped),
+             "cudaHostAlloc error record");
   std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev_), err_host_, 0), "map error record");
   if (enable_shrink) {
@@ -131,7 +133,8 @@ std::vector<uint8_t> LowLatencyBuffer::local_info() const {
   info.rank = rank_;
   gethostname(info.host, sizeof(info.host) - 1);
   cuda_check(cudaDeviceGetPCIBusId(info.pci, sizeof(info.pci), device_), "cudaDeviceGetPCIBusId");
-  if (!host_staged()) cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");  // host-staged: proxy only
+  if (!host_staged())
+    cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");  // host-staged: proxy only
   info.num_bytes = num_bytes_;
   std::vector<uint8_t> out(sizeof(info));
   std::memcpy(out.data(), &info, sizeof(info));
@@ -148,13 +151,16 @@ void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos, t
   gethostname(my_host, sizeof(my_host) - 1);
   for (int r = 0; r < num_ranks_; ++r) {
     PeerInfo info{};
-    if (infos[r].size() != sizeof(info)) throw InvalidArgument("anyep LL connect: record of rank " + std::to_string(r) + " has the wrong size");
+    if (infos[r].size() != sizeof(info))
+      throw InvalidArgument("anyep LL connect: record of rank " + std::to_string(r) + " has the wrong size");
     std::memcpy(&info, infos[r].data(), sizeof(info));
     if (info.magic != kPeerInfoMagic || info.rank != r)
-      throw InvalidArgument("anyep LL connect: record " + std::to_string(r) + " is not an anyep LL record for that rank");
+      throw InvalidArgument("anyep LL connect: record " + std::to_string(r) +
+                            " is not an anyep LL record for that rank");
     if (info.num_bytes != num_bytes_)
-      throw InvalidArgument("anyep LL connect: rank " + std::to_string(r) + " allocated " + std::to_string(info.num_bytes) +
-                            " bytes, this rank " + std::to_string(num_bytes_) + " (buffers must be symmetric)");
+      throw InvalidArgument("anyep LL connect: rank " + std::to_string(r) + " allocated " +
+                            std::to_string(info.num_bytes) + " bytes, this rank " + std::to_string(num_bytes_) +
+                            " (buffers must be symmetric)");
     if (r == rank_) {
       host_peers_[r] = local_;
       continue;
@@ -193,13 +199,14 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
   bool any = false;
   for (const auto& v : boot.allgather({static_cast<uint8_t>(need)})) any = any || (!v.empty() && v[0]);
   if (!any) return;
-  if (endpoints_.empty()) endpoints_ = LLProxyLink::make_endpoints(path_, rank_, num_ranks_, device_, proxy::Proxy::default_threads());
+  if (endpoints_.empty())
+    endpoints_ = LLProxyLink::make_endpoints(path_, rank_, num_ranks_, device_, proxy::Proxy::default_threads());
   if (!host_staged() && !endpoints_[0]->capabilities().gpu_memory)
-    throw Unsupported("anyep LL: transport " + endpoints_[0]->capabilities().backend + "/" +
-                      endpoints_[0]->capabilities().provider +
-                      " cannot register GPU memory; set ANYEP_LL_PATH=proxy-libfabric to stage the buffer in pinned host memory");
-  proxy_ = std::make_unique<LLProxyLink>(num_ranks_, device_, std::move(endpoints_), host_staged() ? host_alloc_ : local_,
-                                         static_cast<uint64_t>(num_bytes_),
+    throw Unsupported(
+        "anyep LL: transport " + endpoints_[0]->capabilities().backend + "/" + endpoints_[0]->capabilities().provider +
+        " cannot register GPU memory; set ANYEP_LL_PATH=proxy-libfabric to stage the buffer in pinned host memory");
+  proxy_ = std::make_unique<LLProxyLink>(num_ranks_, device_, std::move(endpoints_),
+                                         host_staged() ? host_alloc_ : local_, static_cast<uint64_t>(num_bytes_),
                                          host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
                                          path_ != LLPath::kAuto, boot);
   endpoints_.clear();
@@ -227,10 +234,11 @@ ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int nu
   ll::Common c;
   c.g = layout_for(s);
   if (num_tokens < 0 || num_tokens > s.max_tokens)
-    throw InvalidArgument("anyep LL: " + std::to_string(num_tokens) + " tokens exceed num_max_dispatch_tokens_per_rank " +
-                          std::to_string(s.max_tokens));
+    throw InvalidArgument("anyep LL: " + std::to_string(num_tokens) +
+                          " tokens exceed num_max_dispatch_tokens_per_rank " + std::to_string(s.max_tokens));
   if (num_topk <= 0 || num_topk > ll::kMaxTopk)
-    throw InvalidArgument("anyep LL: num_topk " + std::to_string(num_topk) + " not in [1, " + std::to_string(ll::kMaxTopk) + "]");
+    throw InvalidArgument("anyep LL: num_topk " + std::to_string(num_topk) + " not in [1, " +
+                          std::to_string(ll::kMaxTopk) + "]");
   for (int r = 0; r < num_ranks_; ++r)
     if (!host_peers_[r] && !proxy_)
       throw Unsupported("anyep LL: rank " + std::to_string(r) + " is not reachable over NVLink/CUDA IPC from rank " +
@@ -333,26 +341,28 @@ void LowLatencyBuffer::check_error() const {
   std::string m = "anyep LL: rank " + to_string(e.rank) + ": ";
   switch (code) {
     case ll::kErrDispatchRecvTimeout:
-      m += "dispatch timed out waiting for the token count of expert " + to_string(e.expert) + " from rank " + to_string(e.peer);
+      m += "dispatch timed out waiting for the token count of expert " + to_string(e.expert) + " from rank " +
+           to_string(e.peer);
       break;
     case ll::kErrCombineRecvTimeout:
       m += "combine timed out waiting for expert " + to_string(e.expert) + " (owned by rank " + to_string(e.peer) + ")";
       if (e.value >= 0) m += " needed by token " + to_string(e.value);
       break;
     case ll::kErrSendTimeout:
-      m += "dispatch send timed out: this GPU's blocks did not finish the " + to_string(e.value) + " tokens for expert " +
-           to_string(e.expert);
+      m += "dispatch send timed out: this GPU's blocks did not finish the " + to_string(e.value) +
+           " tokens for expert " + to_string(e.expert);
       break;
     case ll::kErrNoPeer:
-      m += "rank " + to_string(e.peer) + " (expert " + to_string(e.expert) + ") has no direct path and this buffer has no proxy";
+      m += "rank " + to_string(e.peer) + " (expert " + to_string(e.expert) +
+           ") has no direct path and this buffer has no proxy";
       break;
     case ll::kErrRingTimeout:
-      m += "proxy ring " + to_string(e.value) + " stayed full while sending expert " + to_string(e.expert) + " to rank " +
-           to_string(e.peer) + " (proxy stalled or stopped)";
+      m += "proxy ring " + to_string(e.value) + " stayed full while sending expert " + to_string(e.expert) +
+           " to rank " + to_string(e.peer) + " (proxy stalled or stopped)";
       break;
     case ll::kErrSlotOverflow:
-      throw InvalidArgument(m + "more than num_max_dispatch_tokens_per_rank messages for expert " + to_string(e.expert) +
-                            " (duplicate experts in a token's topk_idx?)");
+      throw InvalidArgument(m + "more than num_max_dispatch_tokens_per_rank messages for expert " +
+                            to_string(e.expert) + " (duplicate experts in a token's topk_idx?)");
     case ll::kErrBadExpert:
       throw InvalidArgument(m + "topk_idx holds expert " + to_string(e.expert) + " (token " + to_string(e.value) +
                             "), outside [-1, num_experts)");

@@ -21,9 +21,9 @@
 namespace anyep::runtime {
 
 struct LLShape {
-  int64_t max_tokens = 0;  // T: num_max_dispatch_tokens_per_rank
-  int64_t hidden = 0;      // H
-  int64_t num_experts = 0; // E
+  int64_t max_tokens = 0;   // T: num_max_dispatch_tokens_per_rank
+  int64_t hidden = 0;       // H
+  int64_t num_experts = 0;  // E
 };
 
 class LowLatencyBuffer {
@@ -106,15 +106,15 @@ class LowLatencyBuffer {
   int rank_, num_ranks_, device_ = 0, num_blocks_ = 0;
   int64_t num_bytes_;
   LLPath path_ = LLPath::kAuto;
-  void* host_alloc_ = nullptr;     // host-staged buffer: its host address (local_ is its GPU view); else null
+  void* host_alloc_ = nullptr;  // host-staged buffer: its host address (local_ is its GPU view); else null
   std::vector<std::unique_ptr<transport::Transport>> endpoints_;  // made early to learn gpu_memory
   std::unique_ptr<LLProxyLink> proxy_;
   uint8_t* local_ = nullptr;
-  int32_t* ws_ = nullptr;        // scratch counters (device)
+  int32_t* ws_ = nullptr;  // scratch counters (device)
   int64_t ws_ints_ = 0;
   uint8_t** dev_peers_ = nullptr;  // device array [R]
   std::vector<uint8_t*> host_peers_;
-  std::vector<bool> opened_;       // host_peers_[r] came from cudaIpcOpenMemHandle
+  std::vector<bool> opened_;  // host_peers_[r] came from cudaIpcOpenMemHandle
   ll::ErrorRecord* err_host_ = nullptr;
   ll::ErrorRecord* err_dev_ = nullptr;
   uint64_t timeout_ns_ = 0;

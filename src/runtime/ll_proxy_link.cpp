@@ -24,14 +24,18 @@ LLPath parse_ll_path(const std::string& name) {
   if (v == "auto") return LLPath::kAuto;
   if (v == "proxy-cuda-ipc") return LLPath::kProxyCudaIpc;
   if (v == "proxy-libfabric") return LLPath::kProxyLibfabric;
-  throw InvalidArgument("anyep LL: path '" + v + "' (ANYEP_LL_PATH) is not one of auto, proxy-cuda-ipc, proxy-libfabric");
+  throw InvalidArgument("anyep LL: path '" + v +
+                        "' (ANYEP_LL_PATH) is not one of auto, proxy-cuda-ipc, proxy-libfabric");
 }
 
 const char* ll_path_name(LLPath p) {
   switch (p) {
-    case LLPath::kAuto: return "auto";
-    case LLPath::kProxyCudaIpc: return "proxy-cuda-ipc";
-    case LLPath::kProxyLibfabric: return "proxy-libfabric";
+    case LLPath::kAuto:
+      return "auto";
+    case LLPath::kProxyCudaIpc:
+      return "proxy-cuda-ipc";
+    case LLPath::kProxyLibfabric:
+      return "proxy-libfabric";
   }
   return "?";
 }
@@ -41,7 +45,8 @@ std::vector<std::unique_ptr<transport::Transport>> LLProxyLink::make_endpoints(L
   // Through the factory, so that ANYEP_CHAOS_SEED puts this path under chaos too.
   const std::string name = path == LLPath::kProxyCudaIpc ? "cuda-ipc" : "libfabric";
   std::string why;
-  if (!transport::available(name, &why)) throw Unsupported(std::string("anyep LL: path ") + ll_path_name(path) + ": " + why);
+  if (!transport::available(name, &why))
+    throw Unsupported(std::string("anyep LL: path ") + ll_path_name(path) + ": " + why);
   transport::TransportSpec spec =
       transport::TransportSpec::from_env(name, static_cast<uint32_t>(rank), static_cast<uint32_t>(num_ranks));
   spec.cuda_ipc.device = device;
@@ -56,7 +61,8 @@ LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<
   if (endpoints.empty()) throw InvalidArgument("anyep LL proxy: no transport endpoints");
   // Command offsets are 32-bit in 16-byte units: the whole buffer must be within reach.
   if (bytes > channel::cmd::kMaxOffset)
-    throw InvalidArgument("anyep LL proxy: buffer of " + std::to_string(bytes) + " bytes exceeds the 64 GiB a command can address");
+    throw InvalidArgument("anyep LL proxy: buffer of " + std::to_string(bytes) +
+                          " bytes exceeds the 64 GiB a command can address");
   const auto& caps = endpoints[0]->capabilities();
   transport_name_ = caps.backend + "/" + caps.provider;
   const uint32_t threads = static_cast<uint32_t>(endpoints.size());
@@ -74,7 +80,8 @@ LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<
                            cudaHostAllocMapped | cudaHostAllocPortable),
              "cudaHostAlloc signal counters");
   std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters);
-  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&counters_dev_), counters_host_, 0), "map signal counters");
+  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&counters_dev_), counters_host_, 0),
+             "map signal counters");
 
   proxy::ProxyConfig pc = proxy::ProxyConfig::from_env();
   pc.num_tags = static_cast<uint32_t>(ll::num_proxy_tags(num_ranks));
@@ -110,9 +117,7 @@ ll::ProxyPath LLProxyLink::path() const {
 
 void LLProxyLink::check() const { proxy_->check(); }
 
-void LLProxyLink::clear_counters() {
-  std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters);
-}
+void LLProxyLink::clear_counters() { std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters); }
 
 std::string LLProxyLink::describe() const {
   return transport_name_ + ", " + std::to_string(proxy_->num_threads()) + " proxy threads, " +

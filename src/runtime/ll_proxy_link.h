@@ -41,9 +41,8 @@ class LLProxyLink {
   // Collective over `boot`: every rank builds its link together. `buffer` (device view `buffer`
   // itself for GPU memory, or host memory for a host-staged buffer) becomes the proxy's one
   // symmetric region. `one_rank_per_node`: each process is its own node (emulated multi-node).
-  LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<transport::Transport>> endpoints,
-              void* buffer, uint64_t bytes, transport::MemKind kind, bool one_rank_per_node,
-              transport::Bootstrap& boot);
+  LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<transport::Transport>> endpoints, void* buffer,
+              uint64_t bytes, transport::MemKind kind, bool one_rank_per_node, transport::Bootstrap& boot);
   ~LLProxyLink();
   LLProxyLink(const LLProxyLink&) = delete;
   LLProxyLink& operator=(const LLProxyLink&) = delete;

@@ -85,8 +85,8 @@ ll::Layout validate_layout(int64_t T, int64_t H, int64_t E, const LLBufferInfo& 
   if (const char* why = ll::layout_unsupported(g)) throw InvalidArgument(std::string("anyep LL: ") + why);
   if (static_cast<int64_t>(g.total_bytes()) > buf.num_bytes)
     throw InvalidArgument("anyep LL: buffer too small: shape (tokens " + to_string(T) + ", hidden " + to_string(H) +
-                          ", experts " + to_string(E) + ") needs " + to_string(g.total_bytes()) + " bytes, buffer has " +
-                          to_string(buf.num_bytes) + " (see get_low_latency_rdma_size_hint)");
+                          ", experts " + to_string(E) + ") needs " + to_string(g.total_bytes()) +
+                          " bytes, buffer has " + to_string(buf.num_bytes) + " (see get_low_latency_rdma_size_hint)");
   return g;
 }
 
@@ -109,7 +109,8 @@ LLDispatchPlan validate_dispatch(const LLDispatchIn& in, const LLBufferInfo& buf
   expect(!in.use_ue8m0 || H % 512 == 0,
          [&] { return std::string() + "use_ue8m0 needs hidden to be a multiple of 512, got " + to_string(H); });
   const int64_t L = E / R;
-  expect_optional(in.cumulative_recv_stats, "cumulative_local_expert_recv_stats", DType::kInt32, L, "num_local_experts", dev);
+  expect_optional(in.cumulative_recv_stats, "cumulative_local_expert_recv_stats", DType::kInt32, L, "num_local_experts",
+                  dev);
   expect_optional(in.wait_recv_cost_stats, "dispatch_wait_recv_cost_stats", DType::kInt64, R, "num_ranks", dev);
 
   LLDispatchPlan p;

@@ -39,14 +39,14 @@ struct LLDispatchOut {
 };
 
 struct LLDispatchPlan {
-  ll::Layout g;  // T, H, R, E
+  ll::Layout g;                          // T, H, R, E
   int64_t num_tokens = 0, num_topk = 0;  // N, K
-  OutputSpec recv_x;        // [L, R*T, H] Float8_e4m3fn with use_fp8, else BFloat16
-  OutputSpec recv_scales;   // use_fp8 only: [L, R*T, G] column-major (storage [L, G, R*T]):
-                            // Float, G = H/128; Int (4 UE8M0 exponents each) with use_ue8m0, G = H/512
-  OutputSpec recv_count;    // Int [L]
-  OutputSpec src_info;      // Int [L, R*T] view of a handle storage of g.handle_ints() Int
-  OutputSpec layout_range;  // Long [L, R]: begin << 32 | count per (local expert, source rank)
+  OutputSpec recv_x;                     // [L, R*T, H] Float8_e4m3fn with use_fp8, else BFloat16
+  OutputSpec recv_scales;                // use_fp8 only: [L, R*T, G] column-major (storage [L, G, R*T]):
+                                         // Float, G = H/128; Int (4 UE8M0 exponents each) with use_ue8m0, G = H/512
+  OutputSpec recv_count;                 // Int [L]
+  OutputSpec src_info;                   // Int [L, R*T] view of a handle storage of g.handle_ints() Int
+  OutputSpec layout_range;               // Long [L, R]: begin << 32 | count per (local expert, source rank)
 };
 
 struct LLCombineIn {

@@ -6,19 +6,32 @@ namespace anyep::runtime {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kBool: return "Bool";
-    case DType::kUInt8: return "Byte";
-    case DType::kInt8: return "Char";
-    case DType::kInt16: return "Short";
-    case DType::kInt32: return "Int";
-    case DType::kInt64: return "Long";
-    case DType::kFloat16: return "Half";
-    case DType::kBFloat16: return "BFloat16";
-    case DType::kFloat32: return "Float";
-    case DType::kFloat64: return "Double";
-    case DType::kFloat8_e4m3fn: return "Float8_e4m3fn";
-    case DType::kFloat8_e5m2: return "Float8_e5m2";
-    case DType::kOther: break;
+    case DType::kBool:
+      return "Bool";
+    case DType::kUInt8:
+      return "Byte";
+    case DType::kInt8:
+      return "Char";
+    case DType::kInt16:
+      return "Short";
+    case DType::kInt32:
+      return "Int";
+    case DType::kInt64:
+      return "Long";
+    case DType::kFloat16:
+      return "Half";
+    case DType::kBFloat16:
+      return "BFloat16";
+    case DType::kFloat32:
+      return "Float";
+    case DType::kFloat64:
+      return "Double";
+    case DType::kFloat8_e4m3fn:
+      return "Float8_e4m3fn";
+    case DType::kFloat8_e5m2:
+      return "Float8_e5m2";
+    case DType::kOther:
+      break;
   }
   return "an unsupported dtype";
 }
@@ -29,15 +42,20 @@ int64_t dtype_bytes(DType t) {
     case DType::kUInt8:
     case DType::kInt8:
     case DType::kFloat8_e4m3fn:
-    case DType::kFloat8_e5m2: return 1;
+    case DType::kFloat8_e5m2:
+      return 1;
     case DType::kInt16:
     case DType::kFloat16:
-    case DType::kBFloat16: return 2;
+    case DType::kBFloat16:
+      return 2;
     case DType::kInt32:
-    case DType::kFloat32: return 4;
+    case DType::kFloat32:
+      return 4;
     case DType::kInt64:
-    case DType::kFloat64: return 8;
-    case DType::kOther: break;
+    case DType::kFloat64:
+      return 8;
+    case DType::kOther:
+      break;
   }
   return 0;
 }

@@ -34,12 +34,12 @@ inline constexpr int kMaxDims = 8;
 struct TensorRef {
   void* data = nullptr;
   DType dtype = DType::kOther;
-  int ndim = -1;                    // -1: no tensor (an optional argument left out)
+  int ndim = -1;  // -1: no tensor (an optional argument left out)
   int64_t shape[kMaxDims] = {};
-  int64_t strides[kMaxDims] = {};   // in elements
-  int device = -1;                  // CUDA device ordinal; -1: not device memory
-  int64_t storage_offset = 0;       // elements from the start of the allocation to `data`
-  int64_t storage_bytes = -1;       // bytes of the whole allocation; -1: unknown
+  int64_t strides[kMaxDims] = {};  // in elements
+  int device = -1;                 // CUDA device ordinal; -1: not device memory
+  int64_t storage_offset = 0;      // elements from the start of the allocation to `data`
+  int64_t storage_bytes = -1;      // bytes of the whole allocation; -1: unknown
 
   bool present() const { return ndim >= 0; }
   int64_t numel() const;

@@ -35,7 +35,8 @@ std::string not_built(const std::string& name) {
 #if ANYEP_HAVE_LIBFABRIC
     return "";
 #else
-    return "transport '" + name + "' needs the libfabric backend, which is not built into this binary "
+    return "transport '" + name +
+           "' needs the libfabric backend, which is not built into this binary "
            "(libfabric was not found at build time: install libfabric-dev and rebuild)";
 #endif
   }
@@ -57,7 +58,8 @@ std::unique_ptr<Transport> make_inner(const TransportSpec& spec) {
         cfg.provider = f->provider;
       else if (base_provider(cfg.provider) != base_provider(f->provider))
         throw InvalidArgument("transport '" + spec.name + "': libfabric provider '" + cfg.provider +
-                              "' contradicts the name (use the name '" + base_provider(cfg.provider) + "' or 'libfabric')");
+                              "' contradicts the name (use the name '" + base_provider(cfg.provider) +
+                              "' or 'libfabric')");
     }
     if (std::string why = not_built(spec.name); !why.empty()) throw Unsupported(why);
 #if ANYEP_HAVE_LIBFABRIC
@@ -77,8 +79,9 @@ std::unique_ptr<Transport> make_inner(const TransportSpec& spec) {
     std::shared_ptr<loopback::Fabric> fabric = spec.loopback.fabric;
     if (!fabric) {
       if (spec.num_ranks != 1)
-        throw InvalidArgument("transport 'loopback': " + std::to_string(spec.num_ranks) +
-                              " ranks share one in-process fabric: set TransportSpec::loopback.fabric (loopback::make_fabric)");
+        throw InvalidArgument(
+            "transport 'loopback': " + std::to_string(spec.num_ranks) +
+            " ranks share one in-process fabric: set TransportSpec::loopback.fabric (loopback::make_fabric)");
       fabric = loopback::make_fabric(1);
     }
     return loopback::make_endpoint(fabric, spec.rank);
@@ -101,7 +104,8 @@ TransportSpec TransportSpec::from_env(std::string name, uint32_t rank, uint32_t 
 }
 
 const std::vector<std::string>& transport_names() {
-  static const std::vector<std::string> names = {"tcp", "shm", "efa", "verbs", "cxi", "libfabric", "cuda-ipc", "loopback"};
+  static const std::vector<std::string> names = {"tcp", "shm",       "efa",      "verbs",
+                                                 "cxi", "libfabric", "cuda-ipc", "loopback"};
   return names;
 }
 
@@ -121,7 +125,8 @@ bool available(const std::string& name, std::string* why) {
   if (!known) return say("transport '" + name + "' is unknown; the transports are " + names_list());
   if (std::string w = not_built(name); !w.empty()) return say(w);
 #if ANYEP_HAVE_LIBFABRIC
-  if (const FabricName* f = fabric_name(name); f && *f->provider) return libfabric::provider_available(f->provider, why);
+  if (const FabricName* f = fabric_name(name); f && *f->provider)
+    return libfabric::provider_available(f->provider, why);
 #endif
   return true;
 }

@@ -59,13 +59,15 @@ std::string RegionTable::check_imm(uint32_t imm, const Capabilities& caps) const
 std::string RegionTable::check_write(const WriteDesc& w, const Capabilities& caps) const {
   if (auto e = check_peer(w.dst_rank); !e.empty()) return e;
   const RegionBounds* l = local(w.local_mr);
-  if (!l) return "source region " + std::to_string(w.local_mr) + " is not registered (" + std::to_string(local_.size()) +
-                 " local registrations)";
+  if (!l)
+    return "source region " + std::to_string(w.local_mr) + " is not registered (" + std::to_string(local_.size()) +
+           " local registrations)";
   if (!inside(*l, w.local_offset, w.length))
     return "source " + range(w.local_offset, w.length) + " is not inside local region " + std::to_string(w.local_mr) +
            " of " + std::to_string(l->length) + " bytes";
   const RegionBounds* r = remote(w.dst_rank, w.remote_mr);
-  if (!r) return "region " + std::to_string(w.remote_mr) + " of rank " + std::to_string(w.dst_rank) + " was never imported";
+  if (!r)
+    return "region " + std::to_string(w.remote_mr) + " of rank " + std::to_string(w.dst_rank) + " was never imported";
   if (!inside(*r, w.remote_offset, w.length))
     return "destination " + range(w.remote_offset, w.length) + " is past the end of region " +
            std::to_string(w.remote_mr) + " of rank " + std::to_string(w.dst_rank) + " (" + std::to_string(r->length) +

@@ -41,14 +41,14 @@ inline std::string gpu_count_text(const GpuCount& g) {
 
 // In a test body: fail on an unexpected cudaGetDeviceCount error; skip, saying why, with fewer
 // than k GPUs.
-#define ANYEP_REQUIRE_GPUS(k)                                                                             \
-  do {                                                                                                    \
-    const ::anyep::gputest::GpuCount g_ = ::anyep::gputest::count_gpus();                                \
-    if (!::anyep::gputest::means_no_device(g_.err)) {                                                     \
-      FAIL() << "cudaGetDeviceCount failed with " << cudaGetErrorName(g_.err) << " ("                    \
-             << cudaGetErrorString(g_.err) << "): not a machine without GPUs, so not a skip";             \
-    }                                                                                                     \
-    if (g_.n < (k)) {                                                                                     \
-      GTEST_SKIP() << "needs " << (k) << " CUDA GPU(s), found " << ::anyep::gputest::gpu_count_text(g_); \
-    }                                                                                                     \
+#define ANYEP_REQUIRE_GPUS(k)                                                                                       \
+  do {                                                                                                              \
+    const ::anyep::gputest::GpuCount g_ = ::anyep::gputest::count_gpus();                                           \
+    if (!::anyep::gputest::means_no_device(g_.err)) {                                                               \
+      FAIL() << "cudaGetDeviceCount failed with " << cudaGetErrorName(g_.err) << " (" << cudaGetErrorString(g_.err) \
+             << "): not a machine without GPUs, so not a skip";                                                     \
+    }                                                                                                               \
+    if (g_.n < (k)) {                                                                                               \
+      GTEST_SKIP() << "needs " << (k) << " CUDA GPU(s), found " << ::anyep::gputest::gpu_count_text(g_);            \
+    }                                                                                                               \
   } while (0)

@@ -36,13 +36,13 @@ void require_in_rank(bool available, const std::string& provider, const std::str
 }  // namespace anyep::mptest
 
 // In a test body: skip when `available` is false, or fail when the run requires `provider`.
-#define ANYEP_REQUIRE_PROVIDER(available, provider, why)                                   \
-  do {                                                                                     \
-    if (!(available)) {                                                                    \
-      if (::anyep::mptest::provider_required(provider)) {                                  \
-        FAIL() << ::anyep::mptest::missing_text(provider, why);                            \
-      } else {                                                                             \
-        GTEST_SKIP() << ::anyep::mptest::missing_text(provider, why);                      \
-      }                                                                                    \
-    }                                                                                      \
+#define ANYEP_REQUIRE_PROVIDER(available, provider, why)              \
+  do {                                                                \
+    if (!(available)) {                                               \
+      if (::anyep::mptest::provider_required(provider)) {             \
+        FAIL() << ::anyep::mptest::missing_text(provider, why);       \
+      } else {                                                        \
+        GTEST_SKIP() << ::anyep::mptest::missing_text(provider, why); \
+      }                                                               \
+    }                                                                 \
   } while (0)

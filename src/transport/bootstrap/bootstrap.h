@@ -37,21 +37,21 @@ std::unique_ptr<Bootstrap> make_callback_bootstrap(uint32_t rank, uint32_t size,
 // within hello_timeout_s (a silent client never blocks the others), and a peer-sent frame longer
 // than max_frame_bytes is refused, never allocated.
 struct TcpBootstrapOptions {
-  double timeout_s = 30;                     // joining, and each allgather
-  double hello_timeout_s = 2;                // rank 0: per connection, from accept to a full hello
+  double timeout_s = 30;                          // joining, and each allgather
+  double hello_timeout_s = 2;                     // rank 0: per connection, from accept to a full hello
   uint64_t max_frame_bytes = uint64_t{16} << 20;  // one rank's allgather contribution
-  std::string secret;                        // at most kMaxBootstrapSecret bytes; "" = none
+  std::string secret;                             // at most kMaxBootstrapSecret bytes; "" = none
   // Rank 0 only: an already bound and listening socket (tcp_bootstrap_listen), taken over and
   // closed by the bootstrap; -1: rank 0 binds host:port itself.
   int listen_fd = -1;
 };
 constexpr size_t kMaxBootstrapSecret = 64;
 
-std::unique_ptr<Bootstrap> make_tcp_bootstrap(const std::string& host, uint16_t port, uint32_t rank,
-                                              uint32_t size, const TcpBootstrapOptions& opt);
+std::unique_ptr<Bootstrap> make_tcp_bootstrap(const std::string& host, uint16_t port, uint32_t rank, uint32_t size,
+                                              const TcpBootstrapOptions& opt);
 // As above with the secret from ANYEP_BOOTSTRAP_SECRET (empty: none) and default limits.
-std::unique_ptr<Bootstrap> make_tcp_bootstrap(const std::string& host, uint16_t port, uint32_t rank,
-                                              uint32_t size, double timeout_s);
+std::unique_ptr<Bootstrap> make_tcp_bootstrap(const std::string& host, uint16_t port, uint32_t rank, uint32_t size,
+                                              double timeout_s);
 
 // A launcher binds rank 0's socket before starting any rank, so nobody can take the port between
 // choosing and binding it: port 0 lets the kernel pick (*bound_port says which). Returns the

@@ -32,7 +32,8 @@ class CallbackBootstrap final : public Bootstrap {
 
 std::unique_ptr<Bootstrap> make_callback_bootstrap(uint32_t rank, uint32_t size, AllgatherFn fn) {
   if (size == 0 || rank >= size)
-    throw InvalidArgument("callback bootstrap: rank " + std::to_string(rank) + " not in [0, " + std::to_string(size) + ")");
+    throw InvalidArgument("callback bootstrap: rank " + std::to_string(rank) + " not in [0, " + std::to_string(size) +
+                          ")");
   if (!fn) throw InvalidArgument("callback bootstrap: empty allgather function");
   return std::make_unique<CallbackBootstrap>(rank, size, std::move(fn));
 }

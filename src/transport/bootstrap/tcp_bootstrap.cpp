@@ -50,11 +50,16 @@ constexpr size_t kMaxPending = 256;  // connections that have not sent a full he
 
 const char* verdict_text(uint32_t v) {
   switch (v) {
-    case kWrongSecret: return "wrong bootstrap secret (ANYEP_BOOTSTRAP_SECRET / TcpBootstrapOptions::secret differ)";
-    case kWrongSize: return "world size differs from rank 0's";
-    case kRankTaken: return "another process already joined as this rank";
-    case kBadRank: return "rank out of range";
-    default: return "unknown verdict";
+    case kWrongSecret:
+      return "wrong bootstrap secret (ANYEP_BOOTSTRAP_SECRET / TcpBootstrapOptions::secret differ)";
+    case kWrongSize:
+      return "world size differs from rank 0's";
+    case kRankTaken:
+      return "another process already joined as this rank";
+    case kBadRank:
+      return "rank out of range";
+    default:
+      return "unknown verdict";
   }
 }
 
@@ -162,8 +167,11 @@ std::string peer_name(int fd) {
 class TcpBootstrap final : public Bootstrap {
  public:
   TcpBootstrap(const std::string& host, uint16_t port, uint32_t rank, uint32_t size, const TcpBootstrapOptions& opt)
-      : rank_(rank), size_(size), timeout_(std::chrono::duration<double>(opt.timeout_s)),
-        hello_timeout_(std::chrono::duration<double>(opt.hello_timeout_s)), max_frame_(opt.max_frame_bytes),
+      : rank_(rank),
+        size_(size),
+        timeout_(std::chrono::duration<double>(opt.timeout_s)),
+        hello_timeout_(std::chrono::duration<double>(opt.hello_timeout_s)),
+        max_frame_(opt.max_frame_bytes),
         where_(host + ":" + std::to_string(port)) {
     std::memcpy(secret_, opt.secret.data(), opt.secret.size());
     if (rank_ == 0)
@@ -264,7 +272,8 @@ class TcpBootstrap final : public Bootstrap {
   void judge(Pending& p) {
     const Hello& h = p.hello;
     const std::string claim = " (claims rank " + std::to_string(h.rank) + " of " + std::to_string(h.size) + ")";
-    if (h.magic != kMagic || h.version != kVersion) return refuse(p, "not an anyep bootstrap hello of version " + std::to_string(kVersion), 0);
+    if (h.magic != kMagic || h.version != kVersion)
+      return refuse(p, "not an anyep bootstrap hello of version " + std::to_string(kVersion), 0);
     if (!same_secret(h.secret, secret_)) return refuse(p, "wrong secret" + claim, kWrongSecret);
     if (h.size != size_) return refuse(p, "world size differs from " + std::to_string(size_) + claim, kWrongSize);
     if (h.rank == 0 || h.rank >= size_) return refuse(p, "rank out of range" + claim, kBadRank);
@@ -447,8 +456,8 @@ std::unique_ptr<Bootstrap> make_tcp_bootstrap(const std::string& host, uint16_t 
                           std::to_string(opt.hello_timeout_s));
   if (opt.max_frame_bytes == 0) throw InvalidArgument("tcp bootstrap: max_frame_bytes must be > 0");
   if (opt.secret.size() > kMaxBootstrapSecret)
-    throw InvalidArgument("tcp bootstrap: the secret has " + std::to_string(opt.secret.size()) +
-                          " bytes, at most " + std::to_string(kMaxBootstrapSecret) + " are allowed");
+    throw InvalidArgument("tcp bootstrap: the secret has " + std::to_string(opt.secret.size()) + " bytes, at most " +
+                          std::to_string(kMaxBootstrapSecret) + " are allowed");
   return std::make_unique<TcpBootstrap>(host, port, rank, size, opt);
 }
 

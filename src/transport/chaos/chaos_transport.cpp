@@ -46,7 +46,9 @@ struct Held {
 class ChaosTransport final : public Transport {
  public:
   ChaosTransport(std::unique_ptr<Transport> inner, const ChaosConfig& cfg)
-      : inner_(std::move(inner)), cfg_(cfg), rng_{cfg.seed * 0x2545f4914f6cdd1dull + inner_->rank()},
+      : inner_(std::move(inner)),
+        cfg_(cfg),
+        rng_{cfg.seed * 0x2545f4914f6cdd1dull + inner_->rank()},
         regions_(inner_->num_ranks()) {
     caps_ = inner_->capabilities();
     caps_.backend = "chaos(" + caps_.backend + ")";
@@ -80,12 +82,15 @@ class ChaosTransport final : public Transport {
   }
   void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
     DescHeader h{};
-    if (desc.size() < sizeof h) throw InvalidArgument("chaos transport: descriptor from rank " + std::to_string(peer) + " is too short");
+    if (desc.size() < sizeof h)
+      throw InvalidArgument("chaos transport: descriptor from rank " + std::to_string(peer) + " is too short");
     std::memcpy(&h, desc.data(), sizeof h);
     if (h.magic != kDescMagic)
       throw InvalidArgument("chaos transport: descriptor of region " + std::to_string(remote_id) + " from rank " +
-                            std::to_string(peer) + " was not exported by a chaos transport (every rank must enable chaos alike)");
-    if (peer >= num_ranks()) throw InvalidArgument("chaos transport: import_mr from unknown peer " + std::to_string(peer));
+                            std::to_string(peer) +
+                            " was not exported by a chaos transport (every rank must enable chaos alike)");
+    if (peer >= num_ranks())
+      throw InvalidArgument("chaos transport: import_mr from unknown peer " + std::to_string(peer));
     inner_->import_mr(peer, remote_id, std::vector<uint8_t>(desc.begin() + sizeof h, desc.end()));
     regions_.set_remote(peer, remote_id, 0, h.length);
   }

@@ -34,9 +34,9 @@ static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "WireRegion::ipc_ha
 std::string cuda_msg(const char* call, cudaError_t e) {
   return std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
 }
-#define CIPC_CUDA_THROW(call, ctx)                                                       \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
+#define CIPC_CUDA_THROW(call, ctx)                                                         \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
     if (e_ != cudaSuccess) throw CudaError(std::string(ctx) + ": " + cuda_msg(#call, e_)); \
   } while (0)
 
@@ -55,8 +55,8 @@ std::string unique_inbox_name(uint32_t rank) {
   static std::atomic<uint32_t> seq{0};
   std::random_device rd;
   char buf[kShmNameBytes];
-  std::snprintf(buf, sizeof buf, "/anyep-cipc-%d-r%u-%u-%08x", static_cast<int>(getpid()), rank,
-                seq.fetch_add(1), static_cast<unsigned>(rd()));
+  std::snprintf(buf, sizeof buf, "/anyep-cipc-%d-r%u-%u-%08x", static_cast<int>(getpid()), rank, seq.fetch_add(1),
+                static_cast<unsigned>(rd()));
   return buf;
 }
 
@@ -74,7 +74,6 @@ GetAddressRangeFn get_address_range_fn() {
   }();
   return fn;
 }
-
 
 // A posted operation waiting for its copy (if any) and then for room in the peer's inbox.
 struct Op {
@@ -108,8 +107,8 @@ class CudaIpcTransport final : public Transport {
     int ndev = 0;
     CIPC_CUDA_THROW(cudaGetDeviceCount(&ndev), where());
     if (o.device < 0 || o.device >= ndev)
-      throw InvalidArgument(where() + ": device " + std::to_string(o.device) + " does not exist (" + std::to_string(ndev) +
-                            " visible)");
+      throw InvalidArgument(where() + ": device " + std::to_string(o.device) + " does not exist (" +
+                            std::to_string(ndev) + " visible)");
     caps_.backend = "cuda-ipc";
     caps_.provider = "cuda-ipc";
     caps_.ordered_writes = false;  // several copy streams; completions and immediates come in any order
@@ -146,7 +145,8 @@ class CudaIpcTransport final : public Transport {
       std::fprintf(stderr, "anyep: %s: copies still in flight after %.1f s at teardown; IPC mappings are leaked\n",
                    where().c_str(), opt_.teardown_timeout_s);
     if (lost)
-      std::fprintf(stderr, "anyep: %s: destroyed with %zu writes/immediates not yet delivered\n", where().c_str(), lost);
+      std::fprintf(stderr, "anyep: %s: destroyed with %zu writes/immediates not yet delivered\n", where().c_str(),
+                   lost);
     for (auto& s : streams_) {
       for (auto& f : s.fences) free_events_.push_back(f.event);
       if (s.stream && drained) cudaStreamDestroy(s.stream);
@@ -190,7 +190,8 @@ class CudaIpcTransport final : public Transport {
     uint64_t offset = reinterpret_cast<uint64_t>(base) - alloc_base;
     if (offset + length > alloc_size)
       throw InvalidArgument(where() + ": register_memory: [base, base+" + std::to_string(length) +
-                            ") runs past the end of its allocation (" + std::to_string(alloc_size - offset) + " bytes left)");
+                            ") runs past the end of its allocation (" + std::to_string(alloc_size - offset) +
+                            " bytes left)");
     WireRegion wire{};
     wire.magic = kRegionMagic;
     wire.version = kWireVersion;
@@ -264,19 +265,22 @@ class CudaIpcTransport final : public Transport {
     for (uint32_t r = 0; r < opt_.num_ranks; ++r) {
       const auto& b = addresses[r];
       WireAddress a{};
-      if (b.size() != sizeof a) throw InvalidArgument(where() + ": address of rank " + std::to_string(r) + " has " +
-                                                      std::to_string(b.size()) + " bytes, expected " + std::to_string(sizeof a));
+      if (b.size() != sizeof a)
+        throw InvalidArgument(where() + ": address of rank " + std::to_string(r) + " has " + std::to_string(b.size()) +
+                              " bytes, expected " + std::to_string(sizeof a));
       std::memcpy(&a, b.data(), sizeof a);
       a.inbox_name[kShmNameBytes - 1] = '\0';
       if (a.magic != kAddressMagic || a.version != kWireVersion)
-        throw InvalidArgument(where() + ": address of rank " + std::to_string(r) + " is not a cuda-ipc address (magic/version)");
+        throw InvalidArgument(where() + ": address of rank " + std::to_string(r) +
+                              " is not a cuda-ipc address (magic/version)");
       if (a.rank != r || a.num_ranks != opt_.num_ranks)
-        throw InvalidArgument(where() + ": address at index " + std::to_string(r) + " is rank " + std::to_string(a.rank) +
-                              " of a " + std::to_string(a.num_ranks) + "-rank job");
+        throw InvalidArgument(where() + ": address at index " + std::to_string(r) + " is rank " +
+                              std::to_string(a.rank) + " of a " + std::to_string(a.num_ranks) + "-rank job");
       peers_[r] = a;
     }
     if (std::strcmp(peers_[opt_.rank].inbox_name, inbox_.name().c_str()) != 0)
-      throw InvalidArgument(where() + ": addresses[" + std::to_string(opt_.rank) + "] is not this endpoint's own address");
+      throw InvalidArgument(where() + ": addresses[" + std::to_string(opt_.rank) +
+                            "] is not this endpoint's own address");
     peer_inboxes_.resize(opt_.num_ranks);
     outbox_.assign(opt_.num_ranks, nullptr);
     for (uint32_t r = 0; r < opt_.num_ranks; ++r) {
@@ -287,8 +291,8 @@ class CudaIpcTransport final : public Transport {
       try {
         peer_inboxes_[r] = ImmInbox::attach(peers_[r].inbox_name, opt_.num_ranks, peers_[r].inbox_slots);
       } catch (const Error& e) {
-        throw TransportError(where() + ": cannot reach rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) +
-                             "): " + e.what());
+        throw TransportError(where() + ": cannot reach rank " + std::to_string(r) + " (pid " +
+                             std::to_string(peers_[r].pid) + "): " + e.what());
       }
       outbox_[r] = &peer_inboxes_[r];
     }
@@ -328,17 +332,18 @@ class CudaIpcTransport final : public Transport {
     WireRegion w{};
     if (desc.size() != sizeof w)
       throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
-                            ": descriptor has " + std::to_string(desc.size()) + " bytes, expected " + std::to_string(sizeof w));
+                            ": descriptor has " + std::to_string(desc.size()) + " bytes, expected " +
+                            std::to_string(sizeof w));
     std::memcpy(&w, desc.data(), sizeof w);
     if (w.magic != kRegionMagic || w.version != kWireVersion)
       throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
                             ": not a cuda-ipc region descriptor (magic/version)");
     if (connected_ && w.process_token != peers_[peer].process_token)
-      throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " was exported by another process than rank " +
-                            std::to_string(peer));
+      throw InvalidArgument(where() + ": region " + std::to_string(remote_id) +
+                            " was exported by another process than rank " + std::to_string(peer));
     CIPC_CUDA_THROW(cudaSetDevice(opt_.device), where());
-    uint8_t* ptr = nullptr;       // region start, valid in this process
-    void* mapping = nullptr;      // what to cudaIpcCloseMemHandle (null: same process)
+    uint8_t* ptr = nullptr;   // region start, valid in this process
+    void* mapping = nullptr;  // what to cudaIpcCloseMemHandle (null: same process)
     auto& cma = remote_cma_[peer];
     if (cma.size() <= remote_id) cma.resize(size_t{remote_id} + 1, false);
     cma[remote_id] = false;
@@ -358,8 +363,9 @@ class CudaIpcTransport final : public Transport {
       cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
       if (e != cudaSuccess) {
         cudaGetLastError();
-        throw CudaError(where() + ": import_mr of region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
-                        " (device " + std::to_string(w.device) + "): " + cuda_msg("cudaIpcOpenMemHandle", e));
+        throw CudaError(where() + ": import_mr of region " + std::to_string(remote_id) + " of rank " +
+                        std::to_string(peer) + " (device " + std::to_string(w.device) +
+                        "): " + cuda_msg("cudaIpcOpenMemHandle", e));
       }
       mapping = p;
       ptr = static_cast<uint8_t*>(p) + w.offset;
@@ -406,9 +412,10 @@ class CudaIpcTransport final : public Transport {
         continue;
       }
       // check_write vouched for both regions; their bases are addresses valid in this process.
-      cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
-                                      reinterpret_cast<const void*>(regions_.local(d.local_mr)->base + d.local_offset),
-                                      d.length, cudaMemcpyDefault, s.stream);
+      cudaError_t e =
+          cudaMemcpyAsync(reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
+                          reinterpret_cast<const void*>(regions_.local(d.local_mr)->base + d.local_offset), d.length,
+                          cudaMemcpyDefault, s.stream);
       if (e != cudaSuccess) {
         cudaGetLastError();
         rc = fail(-EIO, "post_write to rank " + std::to_string(d.dst_rank) + ": " + cuda_msg("cudaMemcpyAsync", e));
@@ -485,9 +492,10 @@ class CudaIpcTransport final : public Transport {
     const ssize_t n = process_vm_writev(static_cast<pid_t>(peers_[d.dst_rank].pid), &local, 1, &remote, 1, 0);
     if (n == static_cast<ssize_t>(d.length)) return 0;
     const int err = n < 0 ? errno : EIO;
-    return fail(-EIO, "post_write to rank " + std::to_string(d.dst_rank) + " (pid " + std::to_string(peers_[d.dst_rank].pid) +
-                          "): process_vm_writev wrote " + std::to_string(n) + " of " + std::to_string(d.length) + " bytes: " +
-                          std::strerror(err) + (err == EPERM ? " (cross-memory attach needs the same user and ptrace permission)" : ""));
+    return fail(-EIO, "post_write to rank " + std::to_string(d.dst_rank) + " (pid " +
+                          std::to_string(peers_[d.dst_rank].pid) + "): process_vm_writev wrote " + std::to_string(n) +
+                          " of " + std::to_string(d.length) + " bytes: " + std::strerror(err) +
+                          (err == EPERM ? " (cross-memory attach needs the same user and ptrace permission)" : ""));
   }
 
   int check_peer(uint32_t peer) {
@@ -556,8 +564,10 @@ class CudaIpcTransport final : public Transport {
         for (uint32_t i = 0; i < f.n_ops; ++i) {
           Op op = s.ops.front();
           s.ops.pop_front();
-          if (status) done_.push_back({op.context, status});  // no immediate: the data may not be there
-          else finish_copy(op);
+          if (status)
+            done_.push_back({op.context, status});  // no immediate: the data may not be there
+          else
+            finish_copy(op);
         }
         s.fences.pop_front();
         free_events_.push_back(f.event);
@@ -593,15 +603,15 @@ class CudaIpcTransport final : public Transport {
   std::vector<CopyStream> streams_;
   size_t next_stream_ = 0;
   std::vector<cudaEvent_t> free_events_;
-  RegionTable regions_{opt_.num_ranks};             // bounds of local and imported regions
-  std::vector<WireRegion> exported_;                // [local MrId]: what export_mr hands out
-  std::vector<bool> local_host_;                    // [local MrId]: host memory
+  RegionTable regions_{opt_.num_ranks};                        // bounds of local and imported regions
+  std::vector<WireRegion> exported_;                           // [local MrId]: what export_mr hands out
+  std::vector<bool> local_host_;                               // [local MrId]: host memory
   std::vector<std::vector<bool>> remote_cma_{opt_.num_ranks};  // [peer][remote MrId]: host memory of another process
-  std::vector<std::vector<void*>> ipc_mappings_;    // [peer][remote MrId]: to close at teardown
+  std::vector<std::vector<void*>> ipc_mappings_;               // [peer][remote MrId]: to close at teardown
   std::vector<WireAddress> peers_;
   ImmInbox inbox_;
   std::vector<ImmInbox> peer_inboxes_;
-  std::vector<ImmInbox*> outbox_;  // outbox_[r]: where immediates for rank r go (own inbox for r == rank)
+  std::vector<ImmInbox*> outbox_;             // outbox_[r]: where immediates for rank r go (own inbox for r == rank)
   std::vector<std::deque<Op>> pending_imms_;  // per peer: data in place, waiting for inbox room
   std::deque<Completion> done_;
   uint32_t outstanding_ = 0;  // posted and not yet returned by poll()
@@ -609,6 +619,8 @@ class CudaIpcTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_endpoint(const CudaIpcConfig& options) { return std::make_unique<CudaIpcTransport>(options); }
+std::unique_ptr<Transport> make_endpoint(const CudaIpcConfig& options) {
+  return std::make_unique<CudaIpcTransport>(options);
+}
 
 }  // namespace anyep::transport::cuda_ipc

@@ -20,11 +20,11 @@ namespace anyep::transport::cuda_ipc {
 struct CudaIpcConfig {
   uint32_t rank = 0;
   uint32_t num_ranks = 1;
-  int device = 0;                  // CUDA device of this endpoint; its registrations must live there
-  uint32_t max_outstanding = 1024; // writes + immediates posted but not yet completed (-EAGAIN beyond)
-  uint32_t imm_slots = 4096;       // immediates per (src, dst) shared-memory ring (power of two)
-  uint32_t num_streams = 2;        // copy streams, used round robin per post call
-  double teardown_timeout_s = 10;  // destructor: longest wait for copies still in flight
+  int device = 0;                   // CUDA device of this endpoint; its registrations must live there
+  uint32_t max_outstanding = 1024;  // writes + immediates posted but not yet completed (-EAGAIN beyond)
+  uint32_t imm_slots = 4096;        // immediates per (src, dst) shared-memory ring (power of two)
+  uint32_t num_streams = 2;         // copy streams, used round robin per post call
+  double teardown_timeout_s = 10;   // destructor: longest wait for copies still in flight
 };
 
 // Creates the endpoint (its copy streams, events and its shared-memory inbox). Throws

@@ -14,19 +14,19 @@ inline constexpr uint32_t kAddressMagic = 0x41504943;  // "CIPA"
 inline constexpr uint32_t kRegionMagic = 0x52504943;   // "CIPR"
 inline constexpr uint32_t kInboxMagic = 0x49504943;    // "CIPI"
 inline constexpr uint16_t kWireVersion = 1;
-inline constexpr size_t kShmNameBytes = 64;  // POSIX shm name, NUL-terminated
+inline constexpr size_t kShmNameBytes = 64;    // POSIX shm name, NUL-terminated
 inline constexpr size_t kIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
 
 // local_address(): who this endpoint is and where its immediate inbox lives.
 struct WireAddress {
-  uint32_t magic;            // kAddressMagic
-  uint16_t version;          // kWireVersion
-  uint16_t device;           // CUDA device ordinal of the endpoint
-  uint32_t rank;             // rank of the endpoint
-  uint32_t num_ranks;        // size of the job it was created for
-  uint64_t process_token;    // random per process: equal tokens = same address space
-  uint32_t pid;              // for messages only
-  uint32_t inbox_slots;      // immediates per (src, dst) ring of the inbox
+  uint32_t magic;                  // kAddressMagic
+  uint16_t version;                // kWireVersion
+  uint16_t device;                 // CUDA device ordinal of the endpoint
+  uint32_t rank;                   // rank of the endpoint
+  uint32_t num_ranks;              // size of the job it was created for
+  uint64_t process_token;          // random per process: equal tokens = same address space
+  uint32_t pid;                    // for messages only
+  uint32_t inbox_slots;            // immediates per (src, dst) ring of the inbox
   char inbox_name[kShmNameBytes];  // shm_open name of this endpoint's inbox
 };
 static_assert(sizeof(WireAddress) == 96, "WireAddress is a wire format");
@@ -38,13 +38,13 @@ inline constexpr uint16_t kHostRegionDevice = 0xffff;
 // host region (device == kHostRegionDevice: alloc_base is the exporter's address, ipc_handle
 // unused), which peers write with cross-memory attach into the exporter's pid.
 struct WireRegion {
-  uint32_t magic;          // kRegionMagic
-  uint16_t version;        // kWireVersion
-  uint16_t device;         // device that owns the memory, or kHostRegionDevice
-  uint64_t process_token;  // exporter's process token (same process: use alloc_base directly)
-  uint64_t alloc_base;     // exporter's virtual address of the whole cudaMalloc allocation
-  uint64_t offset;         // region start - alloc_base
-  uint64_t length;         // region length in bytes
+  uint32_t magic;                       // kRegionMagic
+  uint16_t version;                     // kWireVersion
+  uint16_t device;                      // device that owns the memory, or kHostRegionDevice
+  uint64_t process_token;               // exporter's process token (same process: use alloc_base directly)
+  uint64_t alloc_base;                  // exporter's virtual address of the whole cudaMalloc allocation
+  uint64_t offset;                      // region start - alloc_base
+  uint64_t length;                      // region length in bytes
   uint8_t ipc_handle[kIpcHandleBytes];  // cudaIpcMemHandle_t of the allocation
 };
 static_assert(sizeof(WireRegion) == 104, "WireRegion is a wire format");
@@ -57,8 +57,8 @@ static_assert(sizeof(WireRegion) == 104, "WireRegion is a wire format");
 // Each ring is single-producer (the endpoint of rank `src`, one proxy thread) and
 // single-consumer (the inbox owner's poll). `slots` is a power of two.
 struct InboxHeader {
-  uint32_t magic;      // kInboxMagic, written last by the creator
-  uint16_t version;    // kWireVersion
+  uint32_t magic;    // kInboxMagic, written last by the creator
+  uint16_t version;  // kWireVersion
   uint16_t reserved;
   uint32_t num_ranks;  // rings in the segment
   uint32_t slots;      // immediates per ring (power of two)

@@ -20,7 +20,8 @@ bool power_of_two(uint32_t v) { return v && !(v & (v - 1)); }
 }  // namespace
 
 ImmInbox ImmInbox::create(const std::string& name, uint32_t num_ranks, uint32_t slots) {
-  if (!power_of_two(slots)) throw InvalidArgument("cuda-ipc inbox: slots must be a power of two (got " + std::to_string(slots) + ")");
+  if (!power_of_two(slots))
+    throw InvalidArgument("cuda-ipc inbox: slots must be a power of two (got " + std::to_string(slots) + ")");
   if (name.empty() || name.size() >= kShmNameBytes || name[0] != '/')
     throw InvalidArgument("cuda-ipc inbox: bad shm name '" + name + "'");
   ImmInbox in;
@@ -76,7 +77,8 @@ ImmInbox ImmInbox::attach(const std::string& name, uint32_t num_ranks, uint32_t 
   if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != kInboxMagic || h->version != kWireVersion ||
       h->num_ranks != num_ranks || h->slots != slots) {
     in.reset();
-    throw TransportError("cuda-ipc inbox '" + name + "': header does not match the peer's address (magic/version/ranks/slots)");
+    throw TransportError("cuda-ipc inbox '" + name +
+                         "': header does not match the peer's address (magic/version/ranks/slots)");
   }
   return in;
 }

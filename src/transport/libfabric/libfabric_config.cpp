@@ -11,10 +11,14 @@ LibfabricConfig LibfabricConfig::from_env() {
   c.provider = env::get_enum("ANYEP_FI_PROVIDER");
   c.num_nics = static_cast<uint32_t>(env::get_count("ANYEP_FI_NICS"));
   const std::string s = env::get_enum("ANYEP_FI_STRIPING");
-  if (s == "bytes") c.striping = Striping::kBytes;
-  else if (s == "dest") c.striping = Striping::kDest;
-  else if (s == "rr") c.striping = Striping::kRoundRobin;
-  else throw InvalidArgument("ANYEP_FI_STRIPING='" + s + "' is not one of bytes, dest, rr");
+  if (s == "bytes")
+    c.striping = Striping::kBytes;
+  else if (s == "dest")
+    c.striping = Striping::kDest;
+  else if (s == "rr")
+    c.striping = Striping::kRoundRobin;
+  else
+    throw InvalidArgument("ANYEP_FI_STRIPING='" + s + "' is not one of bytes, dest, rr");
   return c;
 }
 

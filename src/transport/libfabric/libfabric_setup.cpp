@@ -24,7 +24,7 @@ fi_info* hints_for(const std::string& provider, bool hmem) {
   h->ep_attr->type = FI_EP_RDM;
   h->domain_attr->mr_mode = kMrModes | (hmem ? FI_MR_HMEM : 0);
   h->domain_attr->threading = FI_THREAD_DOMAIN;  // one proxy thread owns the endpoint set
-  h->domain_attr->av_type = FI_AV_TABLE;          // fi_addr == insertion index == rank
+  h->domain_attr->av_type = FI_AV_TABLE;         // fi_addr == insertion index == rank
   h->fabric_attr->prov_name = strdup(provider.c_str());
   return h;
 }
@@ -62,7 +62,8 @@ std::string choose_provider(const std::string& configured) {
     if (query_provider(p, false, l, &why)) return p;
     tried += "\n  " + why;
   }
-  throw Unsupported("libfabric: no usable provider found (name one: LibfabricConfig::provider, ANYEP_FI_PROVIDER):" + tried);
+  throw Unsupported("libfabric: no usable provider found (name one: LibfabricConfig::provider, ANYEP_FI_PROVIDER):" +
+                    tried);
 }
 
 std::vector<const fi_info*> pick_domains(const fi_info* head, uint32_t want) {
@@ -164,9 +165,8 @@ fid_mr* register_on(Nic& nic, void* base, size_t len, MemKind kind, int cuda_dev
 
 std::string order_names(uint64_t o) {
   static const std::pair<uint64_t, const char*> names[] = {
-      {FI_ORDER_RAR, "RAR"}, {FI_ORDER_RAW, "RAW"}, {FI_ORDER_RAS, "RAS"}, {FI_ORDER_WAR, "WAR"},
-      {FI_ORDER_WAW, "WAW"}, {FI_ORDER_WAS, "WAS"}, {FI_ORDER_SAR, "SAR"}, {FI_ORDER_SAW, "SAW"},
-      {FI_ORDER_SAS, "SAS"}};
+      {FI_ORDER_RAR, "RAR"}, {FI_ORDER_RAW, "RAW"}, {FI_ORDER_RAS, "RAS"}, {FI_ORDER_WAR, "WAR"}, {FI_ORDER_WAW, "WAW"},
+      {FI_ORDER_WAS, "WAS"}, {FI_ORDER_SAR, "SAR"}, {FI_ORDER_SAW, "SAW"}, {FI_ORDER_SAS, "SAS"}};
   std::string s;
   for (auto& [bit, name] : names)
     if (o & bit) {
@@ -177,10 +177,13 @@ std::string order_names(uint64_t o) {
 }
 
 std::string mr_mode_names(int m) {
-  static const std::pair<int, const char*> names[] = {
-      {FI_MR_LOCAL, "LOCAL"},       {FI_MR_RAW, "RAW"},         {FI_MR_VIRT_ADDR, "VIRT_ADDR"},
-      {FI_MR_ALLOCATED, "ALLOCATED"}, {FI_MR_PROV_KEY, "PROV_KEY"}, {FI_MR_ENDPOINT, "ENDPOINT"},
-      {FI_MR_HMEM, "HMEM"}};
+  static const std::pair<int, const char*> names[] = {{FI_MR_LOCAL, "LOCAL"},
+                                                      {FI_MR_RAW, "RAW"},
+                                                      {FI_MR_VIRT_ADDR, "VIRT_ADDR"},
+                                                      {FI_MR_ALLOCATED, "ALLOCATED"},
+                                                      {FI_MR_PROV_KEY, "PROV_KEY"},
+                                                      {FI_MR_ENDPOINT, "ENDPOINT"},
+                                                      {FI_MR_HMEM, "HMEM"}};
   std::string s;
   for (auto& [bit, name] : names)
     if (m & bit) {

@@ -36,7 +36,7 @@ struct AddrEntry {
 static_assert(sizeof(AddrEntry) == 24, "address entry is a wire format");
 
 struct RemoteMr {
-  uint64_t base = 0;  // added to the offset when the provider wants virtual addresses
+  uint64_t base = 0;           // added to the offset when the provider wants virtual addresses
   std::vector<uint64_t> keys;  // per NIC
 };
 struct LocalMr {
@@ -64,7 +64,8 @@ class LibfabricTransport final : public Transport {
     std::string prov = choose_provider(cfg.provider);
     std::string why;
     if (!query_provider(prov, cfg.want_hmem, infos_, &why)) throw Unsupported(why);
-    if (cfg.num_nics > 64) throw InvalidArgument("libfabric transport: NIC count " + std::to_string(cfg.num_nics) + " not in [0, 64]");
+    if (cfg.num_nics > 64)
+      throw InvalidArgument("libfabric transport: NIC count " + std::to_string(cfg.num_nics) + " not in [0, 64]");
     striping_ = cfg.striping;
     for (const fi_info* i : pick_domains(infos_.head, cfg.num_nics)) nics_.push_back(open_nic(i, n_));
     distinct_domains_ = static_cast<uint32_t>(pick_domains(infos_.head, 0).size());
@@ -182,8 +183,8 @@ class LibfabricTransport final : public Transport {
       for (uint32_t r = 0; r < n_; ++r) {
         if (per_nic[k][r].size() != nic.addr.size())
           throw InvalidArgument("libfabric transport: rank " + std::to_string(r) + "'s address on NIC " +
-                                std::to_string(k) + " has " + std::to_string(per_nic[k][r].size()) + " bytes, expected " +
-                                std::to_string(nic.addr.size()) + " (different providers?)");
+                                std::to_string(k) + " has " + std::to_string(per_nic[k][r].size()) +
+                                " bytes, expected " + std::to_string(nic.addr.size()) + " (different providers?)");
         flat.insert(flat.end(), per_nic[k][r].begin(), per_nic[k][r].end());
       }
       nic.peers.assign(n_, FI_ADDR_NOTAVAIL);
@@ -210,11 +211,13 @@ class LibfabricTransport final : public Transport {
     if (!connected_) throw InvalidArgument("libfabric transport: import_mr before connect");
     regions_.check_import(peer, remote_id, "libfabric transport");  // before remote_[peer] grows to it
     MrDescHeader h;
-    if (desc.size() < sizeof h) throw InvalidArgument("libfabric transport: region descriptor from rank " + std::to_string(peer) + " is too short");
+    if (desc.size() < sizeof h)
+      throw InvalidArgument("libfabric transport: region descriptor from rank " + std::to_string(peer) +
+                            " is too short");
     std::memcpy(&h, desc.data(), sizeof h);
     if (h.magic != kMrMagic || h.num_nics != nics_.size() || desc.size() != sizeof h + 8ull * h.num_nics)
-      throw InvalidArgument("libfabric transport: region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
-                            " has a malformed descriptor (not from a libfabric transport with " +
+      throw InvalidArgument("libfabric transport: region " + std::to_string(remote_id) + " of rank " +
+                            std::to_string(peer) + " has a malformed descriptor (not from a libfabric transport with " +
                             std::to_string(nics_.size()) + " NICs)");
     RemoteMr m;
     m.base = virt_addr(0) ? h.base : 0;
@@ -314,7 +317,8 @@ class LibfabricTransport final : public Transport {
               auto it = nic.src.find(from[i]);
               if (it == nic.src.end())
                 return fail(-EPROTO, "immediate " + std::to_string(e[i].data) + " on NIC " + std::to_string(k) +
-                                         " from an address not in the address vector (fi_addr " + std::to_string(from[i]) + ")");
+                                         " from an address not in the address vector (fi_addr " +
+                                         std::to_string(from[i]) + ")");
               src = it->second;
             }
           } else {
@@ -344,10 +348,11 @@ class LibfabricTransport final : public Transport {
     }
     s += " (" + std::to_string(distinct_domains_) + " distinct) mr_mode=" + mr_mode_names(i->domain_attr->mr_mode) +
          " tx_order=" + order_names(i->tx_attr->msg_order) + " rx_order=" + order_names(i->rx_attr->msg_order) +
-         " cq_data_size=" + std::to_string(i->domain_attr->cq_data_size) + " inject=" + std::to_string(i->tx_attr->inject_size) +
-         " tx_depth=" + std::to_string(i->tx_attr->size) + " provider_atomics=" + (provider_atomics_ ? "yes" : "no") +
-         " hmem=" + (infos_.hmem ? "yes" : "no") + " striping=" + striping_name() +
-         " source_id=" + (source_ == SourceId::kFiSource ? "FI_SOURCE" : "cq_data(bit " + std::to_string(imm_shift_) + ")");
+         " cq_data_size=" + std::to_string(i->domain_attr->cq_data_size) +
+         " inject=" + std::to_string(i->tx_attr->inject_size) + " tx_depth=" + std::to_string(i->tx_attr->size) +
+         " provider_atomics=" + (provider_atomics_ ? "yes" : "no") + " hmem=" + (infos_.hmem ? "yes" : "no") +
+         " striping=" + striping_name() + " source_id=" +
+         (source_ == SourceId::kFiSource ? "FI_SOURCE" : "cq_data(bit " + std::to_string(imm_shift_) + ")");
     return s;
   }
   RawWrite raw(uint32_t k, MrId local, uint32_t peer, MrId remote) const {
@@ -355,8 +360,8 @@ class LibfabricTransport final : public Transport {
       throw InvalidArgument("raw_write_handles: not connected, or unknown NIC/region/peer");
     const Nic& nic = *nics_[k];
     const RemoteMr& r = remote_[peer][remote];
-    return {nic.ep,          nic.txcq,  nic.rxcq, local_[local].descs[k], local_[local].base, nic.peers[peer],
-            r.base,          r.keys[k], source_ == SourceId::kFiSource, cq_data(0)};
+    return {nic.ep,          nic.txcq, nic.rxcq,  local_[local].descs[k],         local_[local].base,
+            nic.peers[peer], r.base,   r.keys[k], source_ == SourceId::kFiSource, cq_data(0)};
   }
 
  private:
@@ -406,7 +411,9 @@ class LibfabricTransport final : public Transport {
   // proxy knows (never silently).
   void choose_source_id(const LibfabricConfig& cfg, size_t cq_data) {
     bool rxm = caps_.provider.find("ofi_rxm") != std::string::npos;
-    const SourceId want = cfg.source_id != SourceId::kAuto ? cfg.source_id : rxm ? SourceId::kCqData : SourceId::kFiSource;
+    const SourceId want = cfg.source_id != SourceId::kAuto ? cfg.source_id
+                          : rxm                            ? SourceId::kCqData
+                                                           : SourceId::kFiSource;
     if (want == SourceId::kFiSource) {
       source_ = SourceId::kFiSource;
       imm_room_ = std::min<size_t>(4, cq_data);
@@ -478,9 +485,12 @@ class LibfabricTransport final : public Transport {
     const uint32_t nn = static_cast<uint32_t>(nics_.size());
     if (nn == 1) return 0;
     switch (striping_) {
-      case Striping::kDest: return dst % nn;
-      case Striping::kRoundRobin: return rr_++ % nn;
-      case Striping::kBytes: break;
+      case Striping::kDest:
+        return dst % nn;
+      case Striping::kRoundRobin:
+        return rr_++ % nn;
+      case Striping::kBytes:
+        break;
     }
     uint32_t best = 0;
     for (uint32_t k = 1; k < nn; ++k)
@@ -513,8 +523,16 @@ class LibfabricTransport final : public Transport {
     if (!op) return -EAGAIN;
     const LocalMr& l = local_[w.local_mr];
     const RemoteMr& r = remote_[w.dst_rank][w.remote_mr];
-    *p = {&nic, op, l.base + w.local_offset, w.length, l.descs[k], cq_data(w.imm), nic.peers[w.dst_rank],
-          r.base + w.remote_offset, r.keys[k], w.has_imm};
+    *p = {&nic,
+          op,
+          l.base + w.local_offset,
+          w.length,
+          l.descs[k],
+          cq_data(w.imm),
+          nic.peers[w.dst_rank],
+          r.base + w.remote_offset,
+          r.keys[k],
+          w.has_imm};
     return 0;
   }
   static ssize_t issue(const Prepared& p) {
@@ -579,14 +597,14 @@ class LibfabricTransport final : public Transport {
   uint32_t rr_ = 0;
   bool provider_atomics_ = false;
   SourceId source_ = SourceId::kFiSource;  // never kAuto once chosen
-  size_t imm_room_ = 4;     // immediate bytes left for the caller
-  uint32_t imm_shift_ = 32;  // where the rank starts in CQ data (kCqData)
+  size_t imm_room_ = 4;                    // immediate bytes left for the caller
+  uint32_t imm_shift_ = 32;                // where the rank starts in CQ data (kCqData)
   uint64_t imm_mask_ = 0xffffffffull;
   Capabilities caps_;
   RegionTable regions_;
   bool connected_ = false;
   std::vector<LocalMr> local_;
-  std::vector<std::vector<RemoteMr>> remote_;                           // [peer][remote MrId]
+  std::vector<std::vector<RemoteMr>> remote_;                            // [peer][remote MrId]
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> imm_targets_;  // [peer][nic] -> key, addr
   std::vector<Op> ops_;
   uint32_t free_head_ = 0;

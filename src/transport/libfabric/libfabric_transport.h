@@ -81,8 +81,8 @@ struct RawWrite {
   uint64_t dest_addr;    // fi_addr_t of the peer
   uint64_t remote_addr;  // address to pass for remote offset 0 (base or 0, by FI_MR_VIRT_ADDR)
   uint64_t remote_key;
-  bool fi_source;          // the transport reads sources with fi_cq_readfrom (else from CQ data)
-  uint64_t cq_data_high;   // what the transport ORs above the immediate (the rank, or 0)
+  bool fi_source;         // the transport reads sources with fi_cq_readfrom (else from CQ data)
+  uint64_t cq_data_high;  // what the transport ORs above the immediate (the rank, or 0)
 };
 RawWrite raw_write_handles(Transport& t, uint32_t nic, MrId local, uint32_t peer, MrId remote);
 

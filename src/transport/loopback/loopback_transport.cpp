@@ -1,8 +1,8 @@
 #include "transport/loopback/loopback_transport.h"
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <mutex>
 
@@ -29,15 +29,15 @@ struct PairQueue {
   explicit PairQueue(uint32_t n) : slots(new uint32_t[n]), capacity(n) {}
   // Producer's line.
   alignas(64) std::atomic<uint64_t> tail{0};
-  uint64_t head_seen = 0;   // producer's last view of head
-  bool spilled = false;     // producer: overflow holds entries, append there
+  uint64_t head_seen = 0;  // producer's last view of head
+  bool spilled = false;    // producer: overflow holds entries, append there
   // Consumer's line.
   alignas(64) std::atomic<uint64_t> head{0};
-  uint64_t tail_seen = 0;   // consumer's last view of tail
+  uint64_t tail_seen = 0;  // consumer's last view of tail
   alignas(64) const std::unique_ptr<uint32_t[]> slots;
   const uint64_t capacity;  // power of two
   std::atomic<bool> has_overflow{false};
-  std::mutex mu;            // overflow only (a full ring: the consumer is not polling)
+  std::mutex mu;  // overflow only (a full ring: the consumer is not polling)
   std::deque<uint32_t> overflow;
 
   void push(uint32_t imm) {
@@ -124,7 +124,8 @@ class LoopbackTransport final : public Transport {
 
   MrId register_memory(void* base, size_t length, MemKind kind) override {
     if (kind != MemKind::kHost) throw Unsupported("loopback transport: only host memory can be registered");
-    if (!base && length) throw InvalidArgument("loopback transport: register_memory(nullptr, " + std::to_string(length) + ")");
+    if (!base && length)
+      throw InvalidArgument("loopback transport: register_memory(nullptr, " + std::to_string(length) + ")");
     return regions_.add_local(reinterpret_cast<uint64_t>(base), length);
   }
 
@@ -145,13 +146,14 @@ class LoopbackTransport final : public Transport {
 
   void connect(const std::vector<std::vector<uint8_t>>& addresses) override {
     if (addresses.size() != num_ranks())
-      throw InvalidArgument("loopback transport: connect got " + std::to_string(addresses.size()) +
-                            " addresses for " + std::to_string(num_ranks()) + " ranks");
+      throw InvalidArgument("loopback transport: connect got " + std::to_string(addresses.size()) + " addresses for " +
+                            std::to_string(num_ranks()) + " ranks");
     connected_ = true;
   }
 
   void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
-    if (peer >= num_ranks()) throw InvalidArgument("loopback transport: import_mr from unknown peer " + std::to_string(peer));
+    if (peer >= num_ranks())
+      throw InvalidArgument("loopback transport: import_mr from unknown peer " + std::to_string(peer));
     if (desc.size() != sizeof(Region)) throw InvalidArgument("loopback transport: malformed region descriptor");
     Region r;
     std::memcpy(&r, desc.data(), sizeof(Region));
@@ -236,7 +238,8 @@ std::unique_ptr<Transport> make_endpoint(const std::shared_ptr<Fabric>& fabric, 
   if (rank >= fabric->claimed.size())
     throw InvalidArgument("loopback transport: rank " + std::to_string(rank) + " out of range (num_ranks " +
                           std::to_string(fabric->claimed.size()) + ")");
-  if (fabric->claimed[rank]) throw InvalidArgument("loopback transport: rank " + std::to_string(rank) + " already has an endpoint");
+  if (fabric->claimed[rank])
+    throw InvalidArgument("loopback transport: rank " + std::to_string(rank) + " already has an endpoint");
   fabric->claimed[rank] = true;
   return std::make_unique<LoopbackTransport>(fabric, rank);
 }

@@ -91,9 +91,13 @@ void record(const std::string& cat, const std::string& name, uint64_t seed, cons
             double detect, double bound, const std::vector<pid_t>& pids, const std::string& message) {
   Row& row = g_rows[cat];
   ++row.injected;
-  if (named) ++row.detected, row.detect_s.push_back(detect);
-  else fail(name, seed, "the error does not name the culprit:\n" + message, replay);
-  if (detect > bound) fail(name, seed, "ended " + std::to_string(detect) + " s after the fault (bound " + std::to_string(bound) + " s)", replay);
+  if (named)
+    ++row.detected, row.detect_s.push_back(detect);
+  else
+    fail(name, seed, "the error does not name the culprit:\n" + message, replay);
+  if (detect > bound)
+    fail(name, seed, "ended " + std::to_string(detect) + " s after the fault (bound " + std::to_string(bound) + " s)",
+         replay);
   int orphans = 0;
   for (pid_t p : pids) orphans += lingers(p);
   if (orphans) row.orphans += orphans, fail(name, seed, std::to_string(orphans) + " rank(s) outlived the job", replay);
@@ -171,9 +175,11 @@ void main_job_case(const std::string& main_path, const std::string& provider, in
   std::vector<pid_t> pids;
   while (!exited && pids.empty() && since(t_start) < 60) {
     exited = pump(p, 20, &st);
-    if (size_t at = p.out_text.find("ranks' pids:"); at != std::string::npos && p.out_text.find('\n', at) != std::string::npos) {
+    if (size_t at = p.out_text.find("ranks' pids:");
+        at != std::string::npos && p.out_text.find('\n', at) != std::string::npos) {
       std::string line = p.out_text.substr(at, p.out_text.find('\n', at) - at);
-      for (size_t k = line.find(':', 12); k != std::string::npos; k = line.find(':', k + 1)) pids.push_back(pid_t(std::atoll(line.c_str() + k + 1)));
+      for (size_t k = line.find(':', 12); k != std::string::npos; k = line.find(':', k + 1))
+        pids.push_back(pid_t(std::atoll(line.c_str() + k + 1)));
     }
   }
   if (pids.size() != kRanks) {
@@ -228,29 +234,32 @@ void mp_case(const std::string& provider, int sig, bool chaos, uint64_t seed, co
       injected = ::kill(pids[victim], sig) == 0;
     });
   };
-  auto res = testkit::run_ranks(kRanks, [&](testkit::Rank& r) {
-    testkit::WorkloadConfig w;
-    w.seed = seed;
-    w.ranks = r.size;
-    w.producers = 2;
-    w.ll_rounds = 200000;  // far longer than the fault's delay
-    w.ht_chunks = 400000;
-    w.timeout_s = 40;
-    proxy::ProxyConfig pc;
-    pc.timeout_ns = 40'000'000'000ull;
-    pc.signal_slots = 16;
-    testkit::run_workload_rank(w, pc, 2, *r.boot, [&](uint32_t thread) {
-      transport::TransportSpec spec;
-      spec.name = provider;
-      spec.rank = r.rank;
-      spec.num_ranks = r.size;
-      if (chaos) {
-        spec.chaos.emplace();
-        spec.chaos->seed = seed + r.rank * 13 + thread;
-      }
-      return transport::make_transport(spec);
-    });
-  }, opt);
+  auto res = testkit::run_ranks(
+      kRanks,
+      [&](testkit::Rank& r) {
+        testkit::WorkloadConfig w;
+        w.seed = seed;
+        w.ranks = r.size;
+        w.producers = 2;
+        w.ll_rounds = 200000;  // far longer than the fault's delay
+        w.ht_chunks = 400000;
+        w.timeout_s = 40;
+        proxy::ProxyConfig pc;
+        pc.timeout_ns = 40'000'000'000ull;
+        pc.signal_slots = 16;
+        testkit::run_workload_rank(w, pc, 2, *r.boot, [&](uint32_t thread) {
+          transport::TransportSpec spec;
+          spec.name = provider;
+          spec.rank = r.rank;
+          spec.num_ranks = r.size;
+          if (chaos) {
+            spec.chaos.emplace();
+            spec.chaos->seed = seed + r.rank * 13 + thread;
+          }
+          return transport::make_transport(spec);
+        });
+      },
+      opt);
   const double detect = since(t_inject);
   injector.join();
   if (!injected) {
@@ -298,8 +307,10 @@ void cli_cases(const std::string& main_path) {
     std::string cmd = "anyep_main";
     for (const auto& a : b.args) cmd += " " + a;
     const bool ok = exited && WIFEXITED(st) && WEXITSTATUS(st) == 2 && p.err_text.find(b.expect) != std::string::npos;
-    if (ok) ++row.detected, row.detect_s.push_back(since(t0));
-    else fail("cli", 0, cmd + ": expected exit 2 and '" + b.expect + "', got:\n" + p.err_text, cmd);
+    if (ok)
+      ++row.detected, row.detect_s.push_back(since(t0));
+    else
+      fail("cli", 0, cmd + ": expected exit 2 and '" + b.expect + "', got:\n" + p.err_text, cmd);
   }
   Proc h = spawn(main_path, {"--help"}, {});
   int st = 0;
@@ -308,7 +319,8 @@ void cli_cases(const std::string& main_path) {
   }
   if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0 && h.out_text.find("usage: anyep_main") != std::string::npos))
     fail("cli", 0, "anyep_main --help did not print the usage and exit 0", "anyep_main --help");
-  std::printf("  %-34s %d of %zu refused with a message naming the value\n", "bad command lines", row.detected, bad.size());
+  std::printf("  %-34s %d of %zu refused with a message naming the value\n", "bad command lines", row.detected,
+              bad.size());
 }
 
 double pct(std::vector<double> v, double p) {
@@ -329,15 +341,21 @@ int main(int argc, char** argv) {
       std::string a = argv[i];
       if (i + 1 >= argc) throw InvalidArgument(a + " needs a value");
       std::string v = argv[++i];
-      if (a == "--main") main_path = v;
-      else if (a == "--seed") base = parse_count(a, v, 0, UINT64_MAX), seeded = true;
-      else if (a == "--per-case") per_case = uint32_t(parse_count(a, v, 1, 100));
-      else if (a == "--only") only = v;
-      else throw InvalidArgument("unknown option " + a);
+      if (a == "--main")
+        main_path = v;
+      else if (a == "--seed")
+        base = parse_count(a, v, 0, UINT64_MAX), seeded = true;
+      else if (a == "--per-case")
+        per_case = uint32_t(parse_count(a, v, 1, 100));
+      else if (a == "--only")
+        only = v;
+      else
+        throw InvalidArgument("unknown option " + a);
     }
     if (main_path.empty()) throw InvalidArgument("--main PATH (the anyep_main binary) is required");
   } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "anyep_faults: %s\nusage: anyep_faults --main PATH [--seed S] [--per-case N] [--only NAME]\n", e.what());
+    std::fprintf(stderr, "anyep_faults: %s\nusage: anyep_faults --main PATH [--seed S] [--per-case N] [--only NAME]\n",
+                 e.what());
     return 2;
   }
   ::setenv("FI_TCP_IFACE", "lo", 1);
@@ -346,8 +364,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> providers;
   for (const char* p : {"tcp", "shm"}) {
     std::string why;
-    if (transport::available(p, &why)) providers.push_back(p);
-    else g_failures.push_back(std::string("provider ") + p + " is not available: " + why), std::printf("  FAIL provider %s: %s\n", p, why.c_str());
+    if (transport::available(p, &why))
+      providers.push_back(p);
+    else
+      g_failures.push_back(std::string("provider ") + p + " is not available: " + why),
+          std::printf("  FAIL provider %s: %s\n", p, why.c_str());
   }
   uint64_t k = 0;
   auto each = [&](const std::string& name, const std::function<void(uint64_t, const std::string&)>& fn) {
@@ -362,7 +383,8 @@ int main(int argc, char** argv) {
     for (int sig : {SIGKILL, SIGSTOP})
       for (bool chaos : {false, true}) {
         const std::string tail = prov + "/" + (sig == SIGKILL ? "kill" : "stop") + (chaos ? "/chaos" : "");
-        each("main/" + tail, [&](uint64_t s, const std::string& r) { main_job_case(main_path, prov, sig, chaos, s, r); });
+        each("main/" + tail,
+             [&](uint64_t s, const std::string& r) { main_job_case(main_path, prov, sig, chaos, s, r); });
         each("mp-proxy/" + tail, [&](uint64_t s, const std::string& r) { mp_case(prov, sig, chaos, s, r); });
       }
 
@@ -371,9 +393,10 @@ int main(int argc, char** argv) {
   for (const auto& [cat, row] : g_rows)
     std::printf("%-32s %9d %9d %10.2fs %8.2fs %6d %8d %13d\n", cat.c_str(), row.injected, row.detected,
                 pct(row.detect_s, 0.5), pct(row.detect_s, 1.0), row.leaks, row.orphans, row.not_injected);
-  std::printf("(detect: from the fault to the end of the job with the culprit named; bound: %.0f s for kill -9, %.0f s "
-              "for SIGSTOP)\n",
-              bound_s(SIGKILL), bound_s(SIGSTOP));
+  std::printf(
+      "(detect: from the fault to the end of the job with the culprit named; bound: %.0f s for kill -9, %.0f s "
+      "for SIGSTOP)\n",
+      bound_s(SIGKILL), bound_s(SIGSTOP));
   if (!g_failures.empty()) {
     std::printf("\nanyep_faults: %zu failure(s):\n", g_failures.size());
     for (const auto& f : g_failures) std::printf("  %s\n", f.c_str());

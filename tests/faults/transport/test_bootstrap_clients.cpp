@@ -60,7 +60,8 @@ struct Root {  // rank 0 on a pre-bound port, in a thread
   std::future<std::unique_ptr<Bootstrap>> boot;
   Root(uint32_t size, TcpBootstrapOptions o) {
     o.listen_fd = tcp_bootstrap_listen("127.0.0.1", 0, &port);
-    boot = std::async(std::launch::async, [p = port, size, o] { return make_tcp_bootstrap("127.0.0.1", p, 0, size, o); });
+    boot =
+        std::async(std::launch::async, [p = port, size, o] { return make_tcp_bootstrap("127.0.0.1", p, 0, size, o); });
   }
 };
 

@@ -18,10 +18,10 @@ using namespace anyep::gputest;
 
 namespace {
 
-#define CUDA_OK(x)                                                              \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    ASSERT_EQ(e_, cudaSuccess) << #x << ": " << cudaGetErrorString(e_);         \
+#define CUDA_OK(x)                                                      \
+  do {                                                                  \
+    cudaError_t e_ = (x);                                               \
+    ASSERT_EQ(e_, cudaSuccess) << #x << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 // Skips (saying why) only without a GPU; an unexpected CUDA error fails (tests/gpu/gpu_count.h).
@@ -35,7 +35,10 @@ class RingChecker {
               int spread)
       : ring_(ring), rings_(num_rings), next_(producers, 0) {
     for (uint32_t p = 0; p < producers; ++p) {
-      if (p % port::kWarpSize >= lanes_per_warp) { next_[p] = per_lane; continue; }  // not a producing lane
+      if (p % port::kWarpSize >= lanes_per_warp) {
+        next_[p] = per_lane;
+        continue;
+      }  // not a producing lane
       next_[p] = 0;
       while (next_[p] < rings_ && ring_of(p, next_[p], rings_, spread) != ring) ++next_[p];  // first j for us
       for (uint32_t j = next_[p]; j < per_lane; j += rings_) ++expected_;
@@ -126,15 +129,17 @@ struct Shape {
 };
 
 void run_shape(const Shape& s) {
-  Channel ch({.num_rings = s.rings, .capacity = s.capacity, .producer = ProducerKind::kGpu,
-              .timeout_ns = 20'000'000'000});
+  Channel ch(
+      {.num_rings = s.rings, .capacity = s.capacity, .producer = ProducerKind::kGpu, .timeout_ns = 20'000'000'000});
   uint32_t* failures = nullptr;
   CUDA_OK(cudaMalloc(&failures, sizeof(uint32_t)));
   CUDA_OK(cudaMemset(failures, 0, sizeof(uint32_t)));
-  PushParams p{ch.producer_array(), s.rings, s.per_lane, port::kWarpSize, s.warp_push, s.spread_lanes, nullptr, failures};
+  PushParams p{ch.producer_array(), s.rings,        s.per_lane, port::kWarpSize,
+               s.warp_push,         s.spread_lanes, nullptr,    failures};
   ASSERT_EQ(s.warps % 4, 0u);
   CUDA_OK(launch_push(p, s.warps, 4, nullptr));
-  RunResult res = consume(ch, s.threads, s.warps * port::kWarpSize, port::kWarpSize, s.per_lane, s.spread_lanes, std::chrono::seconds(30));
+  RunResult res = consume(ch, s.threads, s.warps * port::kWarpSize, port::kWarpSize, s.per_lane, s.spread_lanes,
+                          std::chrono::seconds(30));
   CUDA_OK(cudaDeviceSynchronize());
   uint32_t failed = 0;
   CUDA_OK(cudaMemcpy(&failed, failures, sizeof failed, cudaMemcpyDeviceToHost));
@@ -167,8 +172,8 @@ TEST(ChannelGpu, WarpsToRingsToHostThreadsWarpPush) {
 // Lanes of one warp push into different rings in the same push_warp call: one claim per ring.
 TEST(ChannelGpu, WarpPushWithLanesOnDifferentRings) {
   SKIP_WITHOUT_GPU();
-  run_shape({.warps = 32, .rings = 6, .threads = 3, .per_lane = 96, .capacity = 128, .warp_push = 1,
-             .spread_lanes = 1});
+  run_shape(
+      {.warps = 32, .rings = 6, .threads = 3, .per_lane = 96, .capacity = 128, .warp_push = 1, .spread_lanes = 1});
 }
 
 TEST(ChannelGpu, MoreRingsThanThreadsAndOneThread) {

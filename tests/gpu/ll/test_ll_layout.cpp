@@ -54,7 +54,8 @@ TEST(LLLayout, UnsupportedShapesNameTheProblem) {
   EXPECT_NE(std::string(layout_unsupported(Layout{128, 32768, 2, 288})).find("hidden"), std::string::npos);
   EXPECT_NE(std::string(layout_unsupported(Layout{128, 7168, 2, 287})).find("num_experts"), std::string::npos);
   EXPECT_NE(std::string(layout_unsupported(Layout{0, 7168, 2, 288})).find("tokens"), std::string::npos);
-  EXPECT_NE(std::string(layout_unsupported(Layout{128, 7168, 2, 2 * kMaxExperts})).find("num_experts"), std::string::npos);
+  EXPECT_NE(std::string(layout_unsupported(Layout{128, 7168, 2, 2 * kMaxExperts})).find("num_experts"),
+            std::string::npos);
 }
 
 // Signals sit at the same offsets whatever the shape: a later call with another expert count

@@ -56,7 +56,9 @@ struct DevBuf {
   }
   ~DevBuf() { cudaFree(p); }
   template <typename T>
-  T* as() const { return static_cast<T*>(p); }
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 struct Shape {
@@ -64,7 +66,8 @@ struct Shape {
 };
 
 // Descriptor of a device buffer holding a row-major tensor (its allocation: `alloc_bytes`).
-runtime::TensorRef dev_ref(const DevBuf& b, runtime::DType dt, std::initializer_list<int64_t> shape, size_t alloc_bytes) {
+runtime::TensorRef dev_ref(const DevBuf& b, runtime::DType dt, std::initializer_list<int64_t> shape,
+                           size_t alloc_bytes) {
   runtime::TensorRef t = runtime::contiguous_ref(b.p, dt, shape, 0);
   t.storage_bytes = static_cast<int64_t>(alloc_bytes);
   return t;
@@ -119,7 +122,8 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
     in.num_experts = E;
     in.use_fp8 = fp8;
     runtime::LLDispatchOut out;
-    out.recv_x = dev_ref(d_recv, fp8 ? DType::kFloat8_e4m3fn : DType::kBFloat16, {L, RT, H}, size_t(L) * RT * row_bytes);
+    out.recv_x =
+        dev_ref(d_recv, fp8 ? DType::kFloat8_e4m3fn : DType::kBFloat16, {L, RT, H}, size_t(L) * RT * row_bytes);
     if (fp8) {  // column-major scales: storage [L, G, R*T]
       out.recv_scales = dev_ref(d_scales, DType::kFloat32, {L, RT, G}, size_t(L) * G * RT * 4);
       out.recv_scales.strides[0] = int64_t(G) * RT;
@@ -168,7 +172,8 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
     for (int row = 0; row < count[e]; ++row) {
       const int t = info[g.handle_src_info_off() + size_t(e) * RT + row],
                 k = info[g.handle_src_topk_off() + size_t(e) * RT + row];
-      ASSERT_TRUE(t >= 0 && t < N && k >= 0 && k < K) << "expert " << e << " row " << row << ": token " << t << " k " << k;
+      ASSERT_TRUE(t >= 0 && t < N && k >= 0 && k < K)
+          << "expert " << e << " row " << row << ": token " << t << " k " << k;
       got.insert(t);
       ASSERT_EQ(idx[t * K + k], e) << "top-k slot of expert " << e << " row " << row;
       const uint8_t* r = &recv[(size_t(e) * RT + row) * row_bytes];
@@ -237,17 +242,20 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
       float ref = 0;
       for (int k = 0; k < K; ++k) {
         const int64_t e = idx[t * K + k];
-        if (e >= 0 && !self_masked) ref += w[t * K + k] * from_bf16(to_bf16(from_bf16(x[size_t(t) * H + h]) * (1.0f + e / 8.0f)));
+        if (e >= 0 && !self_masked)
+          ref += w[t * K + k] * from_bf16(to_bf16(from_bf16(x[size_t(t) * H + h]) * (1.0f + e / 8.0f)));
       }
-      ASSERT_NEAR(from_bf16(out[size_t(t) * H + h]), ref, 1e-2f * std::fabs(ref) + 1e-3f) << "token " << t << " h " << h;
+      ASSERT_NEAR(from_bf16(out[size_t(t) * H + h]), ref, 1e-2f * std::fabs(ref) + 1e-3f)
+          << "token " << t << " h " << h;
     }
 }
 
 TEST(LLSingleRank, DispatchCombineRounds) {
   ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
-  LowLatencyBuffer buf(0, 1, std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
-                                      LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
+  LowLatencyBuffer buf(0, 1,
+                       std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
+                                LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
   buf.connect({buf.local_info()});
   // Both buffer halves, both formats, and a change of shape (expert count, hidden, tokens).
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 1));
@@ -260,8 +268,9 @@ TEST(LLSingleRank, DispatchCombineRounds) {
 TEST(LLSingleRank, RuntimeApiRounds) {
   ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
-  LowLatencyBuffer buf(0, 1, std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
-                                      LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
+  LowLatencyBuffer buf(0, 1,
+                       std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
+                                LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
   buf.connect({buf.local_info()});
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 11, true));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 12, true));

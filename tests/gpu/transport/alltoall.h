@@ -40,7 +40,9 @@ inline uint8_t pattern(uint32_t src, uint64_t i) {
 
 inline uint64_t send_bytes(const AllToAllConfig& c) { return c.max_len + 4096; }
 inline uint64_t slot_bytes(const AllToAllConfig& c) { return c.max_len + 64; }
-inline uint64_t recv_bytes(const AllToAllConfig& c, uint32_t n) { return uint64_t{n} * c.writes_per_peer * slot_bytes(c); }
+inline uint64_t recv_bytes(const AllToAllConfig& c, uint32_t n) {
+  return uint64_t{n} * c.writes_per_peer * slot_bytes(c);
+}
 
 struct PlannedWrite {
   uint64_t src_off, dst_off, len;
@@ -49,7 +51,7 @@ struct PlannedWrite {
 inline PlannedWrite plan_write(const AllToAllConfig& c, uint32_t src, uint32_t dst, uint32_t k) {
   uint64_t r = mix64(c.seed ^ (uint64_t{src} << 40) ^ (uint64_t{dst} << 20) ^ k);
   uint64_t len = 0;
-  if (r % 16 != 0) {  // 1 in 16 writes is empty (immediate only)
+  if (r % 16 != 0) {                    // 1 in 16 writes is empty (immediate only)
     uint64_t bits = mix64(r + 1) % 21;  // log-uniform 1 B .. 1 MiB, capped at max_len
     len = 1 + mix64(r + 2) % (uint64_t{1} << bits);
     if (len > c.max_len) len = c.max_len;
@@ -63,7 +65,8 @@ inline std::string cuda_check(cudaError_t e, const char* what) {
   return e == cudaSuccess ? std::string() : std::string(what) + ": " + cudaGetErrorString(e);
 }
 
-inline std::string fill_buffers(uint32_t rank, const AllToAllConfig& c, uint32_t n, uint8_t* send_dev, uint8_t* recv_dev) {
+inline std::string fill_buffers(uint32_t rank, const AllToAllConfig& c, uint32_t n, uint8_t* send_dev,
+                                uint8_t* recv_dev) {
   std::vector<uint8_t> h(send_bytes(c));
   for (uint64_t i = 0; i < h.size(); ++i) h[i] = pattern(rank, i);
   std::string err = cuda_check(cudaMemcpy(send_dev, h.data(), h.size(), cudaMemcpyHostToDevice), "fill send buffer");
@@ -95,8 +98,10 @@ inline std::string run_alltoall(transport::Transport& t, const AllToAllConfig& c
       PlannedWrite p = plan_write(c, me, d, k);
       WriteDesc w{d, send_mr, p.src_off, recv_mr, p.dst_off, p.len, true, k, uint64_t{d} * K + k};
       int rc = t.post_write(w);
-      if (rc == 0) ++posted;
-      else if (rc != -EAGAIN) return who + "post_write failed (" + std::to_string(rc) + "): " + t.last_error();
+      if (rc == 0)
+        ++posted;
+      else if (rc != -EAGAIN)
+        return who + "post_write failed (" + std::to_string(rc) + "): " + t.last_error();
     }
     size_t nc = 0, ni = 0;
     if (t.poll(cq, 64, &nc, iq, 64, &ni)) return who + "poll failed: " + t.last_error();
@@ -108,27 +113,30 @@ inline std::string run_alltoall(transport::Transport& t, const AllToAllConfig& c
     }
     for (size_t i = 0; i < ni; ++i) {
       uint32_t src = iq[i].src_rank, k = iq[i].imm;
-      if (src >= n || k >= K) return who + "immediate " + std::to_string(k) + " from impossible source " + std::to_string(src);
+      if (src >= n || k >= K)
+        return who + "immediate " + std::to_string(k) + " from impossible source " + std::to_string(src);
       if (imm_seen[size_t{src} * K + k]++)
         return who + "immediate " + std::to_string(k) + " from rank " + std::to_string(src) + " delivered twice";
       ++imms, ++imms_from[src];
       PlannedWrite p = plan_write(c, src, me, k);
       if (!p.len) continue;
       host.resize(p.len);
-      if (auto e = cuda_check(cudaMemcpy(host.data(), recv_dev + p.dst_off, p.len, cudaMemcpyDeviceToHost), "read back"); !e.empty())
+      if (auto e =
+              cuda_check(cudaMemcpy(host.data(), recv_dev + p.dst_off, p.len, cudaMemcpyDeviceToHost), "read back");
+          !e.empty())
         return who + e;
       for (uint64_t j = 0; j < p.len; ++j)
         if (host[j] != pattern(src, p.src_off + j))
-          return who + "immediate " + std::to_string(k) + " from rank " + std::to_string(src) + " arrived before its data: byte " +
-                 std::to_string(j) + " of " + std::to_string(p.len) + " is " + std::to_string(host[j]) + ", expected " +
-                 std::to_string(pattern(src, p.src_off + j));
+          return who + "immediate " + std::to_string(k) + " from rank " + std::to_string(src) +
+                 " arrived before its data: byte " + std::to_string(j) + " of " + std::to_string(p.len) + " is " +
+                 std::to_string(host[j]) + ", expected " + std::to_string(pattern(src, p.src_off + j));
     }
     if (peer_failed && (++spins & 1023) == 0)
       if (std::string why = peer_failed(); !why.empty()) return who + "stopped: another rank failed";
     if (std::chrono::steady_clock::now() > deadline) {
-      std::string m = who + "timed out after " + std::to_string(c.timeout_s) + " s: posted " + std::to_string(posted) + "/" +
-                      std::to_string(total) + ", completions " + std::to_string(comps) + ", immediates " + std::to_string(imms) +
-                      "; per source:";
+      std::string m = who + "timed out after " + std::to_string(c.timeout_s) + " s: posted " + std::to_string(posted) +
+                      "/" + std::to_string(total) + ", completions " + std::to_string(comps) + ", immediates " +
+                      std::to_string(imms) + "; per source:";
       for (uint32_t s = 0; s < n; ++s) (((m += ' ') += std::to_string(s)) += ':') += std::to_string(imms_from[s]);
       m += " of " + std::to_string(K) + " each";
       return m;
@@ -145,7 +153,8 @@ inline std::string check_recv_buffer(uint32_t me, uint32_t n, const AllToAllConf
       PlannedWrite p = plan_write(c, src, me, k);
       for (uint64_t j = 0; j < p.len; ++j) want[p.dst_off + j] = pattern(src, p.src_off + j);
     }
-  if (auto e = cuda_check(cudaMemcpy(got.data(), recv_dev, got.size(), cudaMemcpyDeviceToHost), "read back"); !e.empty())
+  if (auto e = cuda_check(cudaMemcpy(got.data(), recv_dev, got.size(), cudaMemcpyDeviceToHost), "read back");
+      !e.empty())
     return "rank " + std::to_string(me) + ": " + e;
   for (uint64_t i = 0; i < want.size(); ++i)
     if (got[i] != want[i])

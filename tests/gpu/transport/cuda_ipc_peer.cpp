@@ -25,8 +25,11 @@ std::string run(testkit::Board& board, uint32_t rank, int device, const test::Al
   // Regions start inside their allocations, so the descriptor's offset is exercised through IPC.
   constexpr size_t kLead = 4096;
   uint8_t *send_alloc = nullptr, *recv_alloc = nullptr;
-  if (auto e = test::cuda_check(cudaMalloc(&send_alloc, kLead + test::send_bytes(cfg)), "cudaMalloc send"); !e.empty()) return e;
-  if (auto e = test::cuda_check(cudaMalloc(&recv_alloc, kLead + test::recv_bytes(cfg, n)), "cudaMalloc recv"); !e.empty()) return e;
+  if (auto e = test::cuda_check(cudaMalloc(&send_alloc, kLead + test::send_bytes(cfg)), "cudaMalloc send"); !e.empty())
+    return e;
+  if (auto e = test::cuda_check(cudaMalloc(&recv_alloc, kLead + test::recv_bytes(cfg, n)), "cudaMalloc recv");
+      !e.empty())
+    return e;
   uint8_t *send = send_alloc + kLead, *recv = recv_alloc + kLead;
   std::string err = test::fill_buffers(rank, cfg, n, send, recv);
   if (err.empty()) {
@@ -42,16 +45,15 @@ std::string run(testkit::Board& board, uint32_t rank, int device, const test::Al
     // The library's own setup path (connect_all) over a bootstrap whose allgather is the board;
     // its first allgather also tells every rank that every buffer is filled.
     uint32_t round = 0;
-    auto boot = transport::make_callback_bootstrap(rank, n, [&](const std::vector<uint8_t>& mine) {
-      return board.allgather(rank, round++, mine);
-    });
+    auto boot = transport::make_callback_bootstrap(
+        rank, n, [&](const std::vector<uint8_t>& mine) { return board.allgather(rank, round++, mine); });
     transport::connect_all(*t, *boot, {send_mr, recv_mr});
     err = test::run_alltoall(*t, cfg, send_mr, recv_mr, recv, [&] { return board.peer_failure(rank); });
     if (err.empty()) err = test::check_recv_buffer(rank, n, cfg, recv);
-    if (!err.empty()) return err;      // peers notice through the board and stop waiting
-    board.barrier(rank);               // nobody writes any more: close mappings
+    if (!err.empty()) return err;  // peers notice through the board and stop waiting
+    board.barrier(rank);           // nobody writes any more: close mappings
     t.reset();
-    board.barrier(rank);               // nobody has our memory mapped any more: free it
+    board.barrier(rank);  // nobody has our memory mapped any more: free it
   }
   cudaFree(send_alloc);
   cudaFree(recv_alloc);
@@ -61,7 +63,8 @@ std::string run(testkit::Board& board, uint32_t rank, int device, const test::Al
 
 int main(int argc, char** argv) {
   if (argc != 9) {
-    std::fprintf(stderr, "usage: %s board rank device seed writes_per_peer max_len imm_slots max_outstanding\n", argv[0]);
+    std::fprintf(stderr, "usage: %s board rank device seed writes_per_peer max_len imm_slots max_outstanding\n",
+                 argv[0]);
     return 2;
   }
   uint32_t rank = static_cast<uint32_t>(std::atoi(argv[2]));

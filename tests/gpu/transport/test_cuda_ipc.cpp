@@ -164,7 +164,8 @@ TEST(CudaIpcTransport, BadWritesAreRejectedBeforeAnyCopy) {
   EXPECT_EQ(t.post_imm(9, 1, 0), -EINVAL);
   EXPECT_NE(t.last_error().find("unknown peer rank 9"), std::string::npos) << t.last_error();
   // A batch stops at its first bad write; the good ones before it go out.
-  WriteDesc batch[3] = {{1, 0, 0, 1, 0, 16, true, 77, 5}, {1, 0, 0, 1, 4095, 2, true, 1, 6}, {1, 0, 0, 1, 64, 16, true, 1, 7}};
+  WriteDesc batch[3] = {
+      {1, 0, 0, 1, 0, 16, true, 77, 5}, {1, 0, 0, 1, 4095, 2, true, 1, 6}, {1, 0, 0, 1, 64, 16, true, 1, 7}};
   size_t posted = 99;
   EXPECT_EQ(t.post_writes(batch, 3, &posted), -EINVAL);
   EXPECT_EQ(posted, 1u);
@@ -204,7 +205,7 @@ TEST(CudaIpcTransport, BadSetupIsRejected) {
   EXPECT_THROW(t->register_memory(nullptr, 16, MemKind::kCuda), InvalidArgument);
   DevPtr d = dev_alloc(0, 4096, 0);
   EXPECT_THROW(t->register_memory(d.get() + 1024, 64 << 20, MemKind::kCuda), InvalidArgument);  // past the allocation
-  EXPECT_EQ(t->register_memory(d.get() + 1024, 1024, MemKind::kCuda), 0u);                  // interior region is fine
+  EXPECT_EQ(t->register_memory(d.get() + 1024, 1024, MemKind::kCuda), 0u);  // interior region is fine
   // Host memory registers as a host region (peers write it with process_vm_writev, since the LL
   // proxy path's host-staged buffer); a null one is refused like a null GPU region.
   EXPECT_EQ(t->register_memory(host.data(), host.size(), MemKind::kHost), 1u);
@@ -223,11 +224,11 @@ TEST(CudaIpcTransport, BadSetupIsRejected) {
   EXPECT_THROW(t->import_mr(1, 0, bad), InvalidArgument);
   o.rank = 1;
   auto peer = cuda_ipc::make_endpoint(o);
-  EXPECT_THROW(t->connect({t->local_address()}), InvalidArgument);                          // one address for two ranks
-  EXPECT_THROW(t->connect({peer->local_address(), t->local_address()}), InvalidArgument);   // swapped
-  EXPECT_THROW(t->connect({t->local_address(), std::vector<uint8_t>(7)}), InvalidArgument); // truncated
+  EXPECT_THROW(t->connect({t->local_address()}), InvalidArgument);                         // one address for two ranks
+  EXPECT_THROW(t->connect({peer->local_address(), t->local_address()}), InvalidArgument);  // swapped
+  EXPECT_THROW(t->connect({t->local_address(), std::vector<uint8_t>(7)}), InvalidArgument);  // truncated
   t->connect({t->local_address(), peer->local_address()});
-  EXPECT_THROW(t->connect({t->local_address(), peer->local_address()}), InvalidArgument);   // twice
+  EXPECT_THROW(t->connect({t->local_address(), peer->local_address()}), InvalidArgument);  // twice
 }
 
 // ---- backpressure -----------------------------------------------------------------------------
@@ -317,12 +318,11 @@ TEST_P(CudaIpcMultiProcess, AllToAllEveryByteEveryImmediate) {
   EXPECT_EQ(testkit::spawn_and_wait(argv, board, 90), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudaIpcMultiProcess,
-    ::testing::Values(MpCase{"TwoProcessesTwoGpus", 2, 2, 48, 1 << 20, 4096, 1024},
-                      MpCase{"TwoProcessesOneGpu", 2, 1, 48, 1 << 20, 4096, 1024},
-                      MpCase{"FourProcessesTwoGpus", 4, 2, 32, 512 << 10, 4096, 1024},
-                      MpCase{"FourProcessesTinyQueues", 4, 2, 32, 64 << 10, 4, 8}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaIpcMultiProcess,
+                         ::testing::Values(MpCase{"TwoProcessesTwoGpus", 2, 2, 48, 1 << 20, 4096, 1024},
+                                           MpCase{"TwoProcessesOneGpu", 2, 1, 48, 1 << 20, 4096, 1024},
+                                           MpCase{"FourProcessesTwoGpus", 4, 2, 32, 512 << 10, 4096, 1024},
+                                           MpCase{"FourProcessesTinyQueues", 4, 2, 32, 64 << 10, 4, 8}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

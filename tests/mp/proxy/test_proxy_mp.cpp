@@ -32,32 +32,35 @@ TEST_P(ProxyMp, StreamWorkloadInvariantsHold) {
   ANYEP_REQUIRE_PROVIDER(transport::available(c.provider, &why), c.provider, why);
   testkit::RunOptions opt;
   opt.timeout_s = 90;
-  auto res = testkit::run_ranks(c.ranks, [&](testkit::Rank& r) {
-    WorkloadConfig w;
-    w.seed = 20261122 + c.ranks * 7 + c.chaos;
-    w.ranks = r.size;
-    w.producers = 2;
-    w.ll_rounds = c.ranks <= 2 ? 24 : 10;  // 2 cores run every process: keep it short
-    w.ht_chunks = c.ranks <= 2 ? 48 : 20;
-    w.timeout_s = 40;
-    ProxyConfig pc;
-    pc.timeout_ns = 40'000'000'000ull;
-    pc.signal_slots = 16;
-    RankRun run = run_workload_rank(w, pc, c.threads, *r.boot, [&](uint32_t thread) {
-      transport::TransportSpec spec;
-      spec.name = c.provider;
-      spec.rank = r.rank;
-      spec.num_ranks = r.size;
-      if (c.chaos) {
-        spec.chaos.emplace();
-        spec.chaos->seed = 77 + r.rank * 13 + thread;
-        spec.chaos->max_delay = 8;
-      }
-      return transport::make_transport(spec);
-    });
-    ANYEP_MP_CHECK(run.stats.commands == run.result.commands, "every pushed command retired exactly once");
-    ANYEP_MP_CHECK(!c.chaos || !run.bypass, "the engine runs on an unordered transport");
-  }, opt);
+  auto res = testkit::run_ranks(
+      c.ranks,
+      [&](testkit::Rank& r) {
+        WorkloadConfig w;
+        w.seed = 20261122 + c.ranks * 7 + c.chaos;
+        w.ranks = r.size;
+        w.producers = 2;
+        w.ll_rounds = c.ranks <= 2 ? 24 : 10;  // 2 cores run every process: keep it short
+        w.ht_chunks = c.ranks <= 2 ? 48 : 20;
+        w.timeout_s = 40;
+        ProxyConfig pc;
+        pc.timeout_ns = 40'000'000'000ull;
+        pc.signal_slots = 16;
+        RankRun run = run_workload_rank(w, pc, c.threads, *r.boot, [&](uint32_t thread) {
+          transport::TransportSpec spec;
+          spec.name = c.provider;
+          spec.rank = r.rank;
+          spec.num_ranks = r.size;
+          if (c.chaos) {
+            spec.chaos.emplace();
+            spec.chaos->seed = 77 + r.rank * 13 + thread;
+            spec.chaos->max_delay = 8;
+          }
+          return transport::make_transport(spec);
+        });
+        ANYEP_MP_CHECK(run.stats.commands == run.result.commands, "every pushed command retired exactly once");
+        ANYEP_MP_CHECK(!c.chaos || !run.bypass, "the engine runs on an unordered transport");
+      },
+      opt);
   ANYEP_EXPECT_RANKS_OK(res);
 }
 
@@ -68,4 +71,3 @@ INSTANTIATE_TEST_SUITE_P(Libfabric, ProxyMp,
                            return std::string(i.param.provider) + "_" + std::to_string(i.param.ranks) + "ranks_" +
                                   std::to_string(i.param.threads) + "threads" + (i.param.chaos ? "_chaos" : "");
                          });
-

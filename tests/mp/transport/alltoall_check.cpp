@@ -25,11 +25,13 @@ uint64_t mix(uint64_t x) {
 uint64_t size_of(const AlltoallSpec& s, uint32_t src, uint32_t dst, uint32_t j) {
   if (j == 0) return 0;
   if (j == 1) return s.max_bytes;
-  double u = static_cast<double>(mix(s.seed ^ (uint64_t{src} << 40) ^ (uint64_t{dst} << 20) ^ j) >> 11) / 9007199254740992.0;
+  double u =
+      static_cast<double>(mix(s.seed ^ (uint64_t{src} << 40) ^ (uint64_t{dst} << 20) ^ j) >> 11) / 9007199254740992.0;
   return static_cast<uint64_t>(std::exp(u * std::log(static_cast<double>(s.max_bytes) + 1.0))) - 1;
 }
 uint8_t byte_at(uint32_t src, uint32_t dst, uint32_t j, uint64_t i) {
-  return static_cast<uint8_t>(mix((uint64_t{src} << 48) ^ (uint64_t{dst} << 32) ^ (uint64_t{j} << 24) ^ (i >> 3)) >> (8 * (i & 7)));
+  return static_cast<uint8_t>(mix((uint64_t{src} << 48) ^ (uint64_t{dst} << 32) ^ (uint64_t{j} << 24) ^ (i >> 3)) >>
+                              (8 * (i & 7)));
 }
 std::string where(uint32_t me, const std::string& what) { return "rank " + std::to_string(me) + ": " + what; }
 }  // namespace
@@ -94,7 +96,8 @@ AlltoallStats run_alltoall(transport::Transport& t, transport::Bootstrap& b, con
         sent = rc == 0;
       } else {
         rc = t.post_writes(posts.data() + next, posts.size() - next, &sent);
-        if (sent > posts.size() - next) throw std::runtime_error(where(me, "post_writes reported more writes than it was given"));
+        if (sent > posts.size() - next)
+          throw std::runtime_error(where(me, "post_writes reported more writes than it was given"));
       }
       next += sent;
       if (rc == -EAGAIN) {
@@ -113,9 +116,12 @@ AlltoallStats run_alltoall(transport::Transport& t, transport::Bootstrap& b, con
     size_t nc = 0, ni = 0;
     if (t.poll(c, 64, &nc, im, 64, &ni)) throw std::runtime_error(where(me, "poll failed: " + t.last_error()));
     for (size_t k = 0; k < nc; ++k) {
-      if (c[k].status) throw std::runtime_error(where(me, "completion " + std::to_string(c[k].context) + " failed: " + t.last_error()));
+      if (c[k].status)
+        throw std::runtime_error(
+            where(me, "completion " + std::to_string(c[k].context) + " failed: " + t.last_error()));
       if (c[k].context >= comp_seen.size() || comp_seen[c[k].context]++)
-        throw std::runtime_error(where(me, "completion context " + std::to_string(c[k].context) + " unknown or duplicated"));
+        throw std::runtime_error(
+            where(me, "completion context " + std::to_string(c[k].context) + " unknown or duplicated"));
       ++comps;
     }
     for (size_t k = 0; k < ni; ++k) {
@@ -123,9 +129,12 @@ AlltoallStats run_alltoall(transport::Transport& t, transport::Bootstrap& b, con
       bool only = v & kImmOnly;
       uint32_t claimed = only ? (v & 0xffff) : v / 4096, j = only ? W : v % 4096;
       if (s >= n || s == me || claimed != s || j > W)
-        throw std::runtime_error(where(me, "immediate " + std::to_string(v) + " reported from rank " + std::to_string(s) +
-                                               " but it was sent by rank " + std::to_string(claimed)));
-      if (seen[s][j]++) throw std::runtime_error(where(me, "immediate " + std::to_string(v) + " from rank " + std::to_string(s) + " delivered twice"));
+        throw std::runtime_error(where(me, "immediate " + std::to_string(v) + " reported from rank " +
+                                               std::to_string(s) + " but it was sent by rank " +
+                                               std::to_string(claimed)));
+      if (seen[s][j]++)
+        throw std::runtime_error(
+            where(me, "immediate " + std::to_string(v) + " from rank " + std::to_string(s) + " delivered twice"));
       ++st.imms_received;
       if (only) continue;
       // Data must be complete when its immediate is seen.
@@ -133,16 +142,19 @@ AlltoallStats run_alltoall(transport::Transport& t, transport::Bootstrap& b, con
       for (uint64_t i = 0; i < len; ++i)
         if (dst[off + i] != byte_at(s, me, j, i))
           throw std::runtime_error(where(me, "write " + std::to_string(j) + " from rank " + std::to_string(s) + " (" +
-                                                 std::to_string(len) + " B): byte " + std::to_string(i) + " wrong when its immediate arrived"));
+                                                 std::to_string(len) + " B): byte " + std::to_string(i) +
+                                                 " wrong when its immediate arrived"));
       st.bytes_received += len;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       std::string missing;
       for (uint32_t p = 0; p < n; ++p)
         for (uint32_t j = 0; j <= W && p != me; ++j)
-          if (!seen[p][j] && missing.size() < 400) missing += " (rank " + std::to_string(p) + ", write " + std::to_string(j) + ")";
-      throw std::runtime_error(where(me, "timed out after " + std::to_string(spec.timeout_s) + " s: " + std::to_string(comps) + "/" +
-                                             std::to_string(expect_comps) + " completions, " + std::to_string(st.imms_received) + "/" +
+          if (!seen[p][j] && missing.size() < 400)
+            missing += " (rank " + std::to_string(p) + ", write " + std::to_string(j) + ")";
+      throw std::runtime_error(where(me, "timed out after " + std::to_string(spec.timeout_s) +
+                                             " s: " + std::to_string(comps) + "/" + std::to_string(expect_comps) +
+                                             " completions, " + std::to_string(st.imms_received) + "/" +
                                              std::to_string(expect_imms) + " immediates; missing" + missing));
     }
   }

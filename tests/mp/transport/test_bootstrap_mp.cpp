@@ -35,38 +35,44 @@ TEST(TcpBootstrapMp, PeerThatNeverJoinsIsNamedByRankZero) {
   testkit::RunOptions opt;
   opt.bootstrap = false;
   opt.timeout_s = 20;
-  auto res = testkit::run_ranks(4, [](testkit::Rank& r) {
-    if (r.rank == 2) return;  // never joins
-    try {
-      auto b = r.join(1.5);
-      b->barrier();
-    } catch (const TimeoutError& e) {
-      std::string m = e.what();
-      if (r.rank == 0) ANYEP_MP_CHECK(m.find("rank(s) 2 of 4 never joined") != std::string::npos, m);
-      return;  // other ranks time out waiting on rank 0: fine, as long as it is a TimeoutError
-    } catch (const TransportError&) {
-      ANYEP_MP_CHECK(r.rank != 0, "rank 0 must report a timeout naming the missing rank");
-      return;  // rank 0 gave up and closed the socket: the others see the connection drop
-    }
-    throw std::runtime_error("bootstrap with a missing rank did not fail");
-  }, opt);
+  auto res = testkit::run_ranks(
+      4,
+      [](testkit::Rank& r) {
+        if (r.rank == 2) return;  // never joins
+        try {
+          auto b = r.join(1.5);
+          b->barrier();
+        } catch (const TimeoutError& e) {
+          std::string m = e.what();
+          if (r.rank == 0) ANYEP_MP_CHECK(m.find("rank(s) 2 of 4 never joined") != std::string::npos, m);
+          return;  // other ranks time out waiting on rank 0: fine, as long as it is a TimeoutError
+        } catch (const TransportError&) {
+          ANYEP_MP_CHECK(r.rank != 0, "rank 0 must report a timeout naming the missing rank");
+          return;  // rank 0 gave up and closed the socket: the others see the connection drop
+        }
+        throw std::runtime_error("bootstrap with a missing rank did not fail");
+      },
+      opt);
   EXPECT_TRUE(res.ok()) << res.summary();
 }
 
 TEST(TcpBootstrapMp, NoRankZeroIsATimeoutForTheOthers) {
   testkit::RunOptions opt;
   opt.bootstrap = false;
-  auto res = testkit::run_ranks(2, [](testkit::Rank& r) {
-    if (r.rank == 0) return;
-    try {
-      r.join(0.5);
-    } catch (const TimeoutError& e) {
-      std::string m = e.what();
-      ANYEP_MP_CHECK(m.find("could not reach rank 0") != std::string::npos, m);
-      return;
-    }
-    throw std::runtime_error("joining with no rank 0 did not fail");
-  }, opt);
+  auto res = testkit::run_ranks(
+      2,
+      [](testkit::Rank& r) {
+        if (r.rank == 0) return;
+        try {
+          r.join(0.5);
+        } catch (const TimeoutError& e) {
+          std::string m = e.what();
+          ANYEP_MP_CHECK(m.find("could not reach rank 0") != std::string::npos, m);
+          return;
+        }
+        throw std::runtime_error("joining with no rank 0 did not fail");
+      },
+      opt);
   EXPECT_TRUE(res.ok()) << res.summary();
 }
 
@@ -74,11 +80,14 @@ TEST(MpHarness, ReportsFailuresSkipsAndStragglersByRank) {
   testkit::RunOptions opt;
   opt.timeout_s = 3;
   opt.bootstrap = false;
-  auto res = testkit::run_ranks(4, [](testkit::Rank& r) {
-    if (r.rank == 1) throw std::runtime_error("boom on one");
-    if (r.rank == 2) throw testkit::Skip("no such provider");
-    if (r.rank == 3) ::pause();  // straggler
-  }, opt);
+  auto res = testkit::run_ranks(
+      4,
+      [](testkit::Rank& r) {
+        if (r.rank == 1) throw std::runtime_error("boom on one");
+        if (r.rank == 2) throw testkit::Skip("no such provider");
+        if (r.rank == 3) ::pause();  // straggler
+      },
+      opt);
   ASSERT_EQ(res.ranks.size(), 4u);
   EXPECT_EQ(res.ranks[0].status, testkit::RankOutcome::Status::kOk);
   EXPECT_EQ(res.ranks[1].status, testkit::RankOutcome::Status::kFailed);
@@ -90,7 +99,6 @@ TEST(MpHarness, ReportsFailuresSkipsAndStragglersByRank) {
   EXPECT_NE(res.summary().find("rank 3 KILLED"), std::string::npos) << res.summary();
 }
 
-
 // A rank killed by a signal is the culprit, named by rank and signal at once; the others are
 // killed after the grace period (not after the run's timeout) and their reports name the culprit.
 TEST(MpHarness, RankKilledBySignalIsNamedAndTheOthersAreEnded) {
@@ -99,13 +107,16 @@ TEST(MpHarness, RankKilledBySignalIsNamedAndTheOthersAreEnded) {
   opt.timeout_s = 60;
   opt.kill_grace_s = 0.5;
   const auto t0 = std::chrono::steady_clock::now();
-  auto res = testkit::run_ranks(4, [](testkit::Rank& r) {
-    if (r.rank == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      ::raise(SIGKILL);
-    }
-    ::pause();
-  }, opt);
+  auto res = testkit::run_ranks(
+      4,
+      [](testkit::Rank& r) {
+        if (r.rank == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          ::raise(SIGKILL);
+        }
+        ::pause();
+      },
+      opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 10.0) << res.summary();
   EXPECT_EQ(res.culprit, 2) << res.summary();
@@ -127,10 +138,13 @@ TEST(MpHarness, StoppedRankIsNamedWithinTheLivenessBound) {
   opt.liveness_s = 1;
   opt.kill_grace_s = 0.2;
   const auto t0 = std::chrono::steady_clock::now();
-  auto res = testkit::run_ranks(3, [](testkit::Rank& r) {
-    if (r.rank == 1) ::raise(SIGSTOP);
-    ::pause();
-  }, opt);
+  auto res = testkit::run_ranks(
+      3,
+      [](testkit::Rank& r) {
+        if (r.rank == 1) ::raise(SIGSTOP);
+        ::pause();
+      },
+      opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 8.0) << res.summary();
   EXPECT_EQ(res.culprit, 1) << res.summary();
@@ -143,7 +157,8 @@ TEST(MpHarness, StoppedRankIsNamedWithinTheLivenessBound) {
 TEST(MpHarness, ResultsLargerThanAPipeComeBack) {
   testkit::RunOptions opt;
   opt.bootstrap = false;
-  auto res = testkit::run_ranks(2, [](testkit::Rank& r) { r.result.assign(1 << 20, static_cast<char>('a' + r.rank)); }, opt);
+  auto res = testkit::run_ranks(
+      2, [](testkit::Rank& r) { r.result.assign(1 << 20, static_cast<char>('a' + r.rank)); }, opt);
   ASSERT_TRUE(res.ok()) << res.summary();
   for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(res.ranks[r].result, std::string(1 << 20, static_cast<char>('a' + r)));
 }
@@ -155,10 +170,13 @@ TEST(MpHarness, KillAllOnFailureEndsTheRunAfterTheFirstFailure) {
   opt.timeout_s = 60;
   opt.kill_all_on_failure = true;
   opt.kill_grace_s = 0.2;
-  auto res = testkit::run_ranks(3, [](testkit::Rank& r) {
-    if (r.rank == 0) throw std::runtime_error("data check failed");
-    ::pause();
-  }, opt);
+  auto res = testkit::run_ranks(
+      3,
+      [](testkit::Rank& r) {
+        if (r.rank == 0) throw std::runtime_error("data check failed");
+        ::pause();
+      },
+      opt);
   EXPECT_EQ(res.culprit, 0) << res.summary();
   EXPECT_NE(res.culprit_message.find("data check failed"), std::string::npos) << res.culprit_message;
   EXPECT_EQ(res.ranks[1].status, testkit::RankOutcome::Status::kKilled);
@@ -177,7 +195,8 @@ TEST(MpHarness, RanksDieWithTheirParent) {
       (void)!::write(p[1], pids.data(), pids.size() * sizeof(pid_t));
       ::_exit(0);
     };
-    testkit::run_ranks(2, [](testkit::Rank&) { ::pause(); }, opt);
+    testkit::run_ranks(
+        2, [](testkit::Rank&) { ::pause(); }, opt);
     ::_exit(1);
   }
   ::close(p[1]);

@@ -32,12 +32,12 @@ std::string name_of(const Case& c) {
 }
 
 // Skips the test when the provider is missing, or fails it when the run requires the provider.
-#define REQUIRE_PROVIDER(p)                                                                  \
-  do {                                                                                       \
+#define REQUIRE_PROVIDER(p)                                                                    \
+  do {                                                                                         \
     ::setenv("FI_TCP_IFACE", "lo", 0); /* tests talk over loopback only (ctest sets it too) */ \
-    std::string why_;                                                                        \
-    const std::string p_ = (p);                                                              \
-    ANYEP_REQUIRE_PROVIDER(transport::libfabric::provider_available(p_, &why_), p_, why_);   \
+    std::string why_;                                                                          \
+    const std::string p_ = (p);                                                                \
+    ANYEP_REQUIRE_PROVIDER(transport::libfabric::provider_available(p_, &why_), p_, why_);     \
   } while (0)
 
 // Host memory only here: no FI_HMEM (its GPU probe would open a CUDA context per rank on GPU hosts).
@@ -70,17 +70,20 @@ TEST_P(Alltoall, EveryByteAndImmediateExactlyOnce) {
   REQUIRE_PROVIDER(c.provider);
   testkit::RunOptions opt;
   opt.timeout_s = 90;
-  auto res = testkit::run_ranks(c.ranks, [&](testkit::Rank& r) {
-    auto t = make(r, c.provider, c.chaos);
-    if (c.chaos) ANYEP_MP_CHECK(!t->capabilities().ordered_writes, "chaos must report unordered writes");
-    mptest::AlltoallSpec spec;
-    // Keep the suite fast on 2 cores: fewer writes per pair as the rank count grows.
-    spec.writes_per_peer = c.ranks <= 2 ? 8 : c.ranks <= 4 ? 4 : 3;
-    spec.seed = c.ranks * 31 + (c.chaos ? 7 : 0);
-    spec.timeout_s = 60;
-    auto st = mptest::run_alltoall(*t, *r.boot, spec);
-    ANYEP_MP_CHECK(st.imms_received == (r.size - 1) * (spec.writes_per_peer + 1), "immediate count");
-  }, opt);
+  auto res = testkit::run_ranks(
+      c.ranks,
+      [&](testkit::Rank& r) {
+        auto t = make(r, c.provider, c.chaos);
+        if (c.chaos) ANYEP_MP_CHECK(!t->capabilities().ordered_writes, "chaos must report unordered writes");
+        mptest::AlltoallSpec spec;
+        // Keep the suite fast on 2 cores: fewer writes per pair as the rank count grows.
+        spec.writes_per_peer = c.ranks <= 2 ? 8 : c.ranks <= 4 ? 4 : 3;
+        spec.seed = c.ranks * 31 + (c.chaos ? 7 : 0);
+        spec.timeout_s = 60;
+        auto st = mptest::run_alltoall(*t, *r.boot, spec);
+        ANYEP_MP_CHECK(st.imms_received == (r.size - 1) * (spec.writes_per_peer + 1), "immediate count");
+      },
+      opt);
   ANYEP_EXPECT_RANKS_OK(res);
 }
 
@@ -126,14 +129,16 @@ TEST_P(Provider, RankInCqDataIdentifiesTheSourceToo) {
       cfg.max_cq_data_bytes = cq_bytes;
       auto t = make(r, prov, false, cfg);
       std::string d = transport::libfabric::describe(*t);
-      ANYEP_MP_CHECK(d.find(cq_bytes == 8 ? "source_id=cq_data(bit 32)" : "source_id=cq_data(bit 24)") != std::string::npos, d);
+      ANYEP_MP_CHECK(
+          d.find(cq_bytes == 8 ? "source_id=cq_data(bit 32)" : "source_id=cq_data(bit 24)") != std::string::npos, d);
       ANYEP_MP_CHECK(t->capabilities().imm_bytes == (cq_bytes == 8 ? 4u : 3u), "imm_bytes");
       mptest::AlltoallSpec spec;
       spec.max_bytes = 64 << 10;
       spec.writes_per_peer = 16;
       mptest::run_alltoall(*t, *r.boot, spec);  // connects, then checks every source and immediate
       if (cq_bytes == 4) {
-        ANYEP_MP_CHECK(t->post_imm((r.rank + 1) % r.size, 1u << 24, 0) == -EINVAL, "a 4-byte immediate must not fit in 3");
+        ANYEP_MP_CHECK(t->post_imm((r.rank + 1) % r.size, 1u << 24, 0) == -EINVAL,
+                       "a 4-byte immediate must not fit in 3");
         ANYEP_MP_CHECK(t->last_error().find("3-byte immediate") != std::string::npos, t->last_error());
       }
     });
@@ -158,7 +163,8 @@ TEST_P(Provider, FullQueueIsEagainNotAnErrorAndEverythingStillArrives) {
       // The first write may meet -EAGAIN while the provider sets up the connection: poll and retry.
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       int rc;
-      while ((rc = t->post_write({1, id, 0, id, 0, 8, true, 0, 0})) == -EAGAIN && std::chrono::steady_clock::now() < deadline) {
+      while ((rc = t->post_write({1, id, 0, id, 0, 8, true, 0, 0})) == -EAGAIN &&
+             std::chrono::steady_clock::now() < deadline) {
         ANYEP_MP_CHECK(t->poll(c, 64, &nc, im, 64, &ni) == 0, t->last_error());
         comps += nc;
       }
@@ -168,15 +174,19 @@ TEST_P(Provider, FullQueueIsEagainNotAnErrorAndEverythingStillArrives) {
       // any transmit queue here (it must stop part way with -EAGAIN and say how many went out),
       // then single writes.
       std::vector<transport::WriteDesc> flood(8192);
-      for (size_t i = 0; i < flood.size(); ++i) flood[i] = {1, id, 0, id, 0, 8, true, static_cast<uint32_t>(1 + i), 1 + i};
+      for (size_t i = 0; i < flood.size(); ++i)
+        flood[i] = {1, id, 0, id, 0, 8, true, static_cast<uint32_t>(1 + i), 1 + i};
       size_t sent = 0;
       rc = t->post_writes(flood.data(), flood.size(), &sent);
-      ANYEP_MP_CHECK(rc == -EAGAIN, "expected -EAGAIN from an oversized batch, got " + std::to_string(rc) + " " + t->last_error());
+      ANYEP_MP_CHECK(rc == -EAGAIN,
+                     "expected -EAGAIN from an oversized batch, got " + std::to_string(rc) + " " + t->last_error());
       ANYEP_MP_CHECK(sent < flood.size(), "post_writes claims all " + std::to_string(sent) + " writes went out");
       posted += sent;
-      while (posted < 1000000 && (rc = t->post_write({1, id, 0, id, 0, 8, true, static_cast<uint32_t>(posted), posted})) == 0)
+      while (posted < 1000000 &&
+             (rc = t->post_write({1, id, 0, id, 0, 8, true, static_cast<uint32_t>(posted), posted})) == 0)
         ++posted;
-      ANYEP_MP_CHECK(rc == -EAGAIN, "expected -EAGAIN once the queue is full, got " + std::to_string(rc) + " " + t->last_error());
+      ANYEP_MP_CHECK(rc == -EAGAIN,
+                     "expected -EAGAIN once the queue is full, got " + std::to_string(rc) + " " + t->last_error());
       ANYEP_MP_CHECK(posted > 1, "only one write could be posted");
     }
     // Rank 0 drains its completions, then tells rank 1 how many writes to expect (an
@@ -194,7 +204,8 @@ TEST_P(Provider, FullQueueIsEagainNotAnErrorAndEverythingStillArrives) {
           continue;
         }
         // tcp;ofi_rxm orders writes to one peer (WAW), so immediates come in posting order there.
-        if (t->capabilities().ordered_writes) ANYEP_MP_CHECK(im[k].imm == next_imm, "out of order on an ordered provider");
+        if (t->capabilities().ordered_writes)
+          ANYEP_MP_CHECK(im[k].imm == next_imm, "out of order on an ordered provider");
         ++next_imm;
         ++imms;
       }
@@ -220,7 +231,7 @@ TEST_P(Provider, BadInputIsRefusedBeforeTheWire) {
   REQUIRE_PROVIDER(GetParam());
   std::string prov = GetParam();
   auto res = testkit::run_ranks(2, [&](testkit::Rank& r) {
-    LibfabricConfig cfg;  // FI_HMEM asked for: the CUDA registration check below needs it
+    LibfabricConfig cfg;    // FI_HMEM asked for: the CUDA registration check below needs it
     cfg.max_imm_bytes = 2;  // emulate a NIC whose CQ data holds 16 bits
     auto t = make(r, prov, false, cfg);
     ANYEP_MP_CHECK(t->capabilities().imm_bytes == 2, "imm_bytes cap");
@@ -241,7 +252,8 @@ TEST_P(Provider, BadInputIsRefusedBeforeTheWire) {
       expect_einval(t->post_write({1, 5, 0, id, 0, 16, false, 0, 0}), "source region 5 is not registered");
       expect_einval(t->post_write({1, id, 4095, id, 0, 2, false, 0, 0}), "is not inside local region 0");
       expect_einval(t->post_write({1, id, 0, 3, 0, 16, false, 0, 0}), "region 3 of rank 1 was never imported");
-      expect_einval(t->post_write({1, id, 0, id, 0, 16, true, 0x10000, 0}), "does not fit the provider's 2-byte immediate");
+      expect_einval(t->post_write({1, id, 0, id, 0, 16, true, 0x10000, 0}),
+                    "does not fit the provider's 2-byte immediate");
       expect_einval(t->post_imm(1, 0x12345, 0), "does not fit");
       expect_einval(t->post_imm(9, 1, 0), "unknown peer rank 9");
       // -EAGAIN: the provider is still connecting; poll it (it makes progress only when polled) and retry.
@@ -258,7 +270,8 @@ TEST_P(Provider, BadInputIsRefusedBeforeTheWire) {
     while ((r.rank == 0 ? comps < 1 : imms < 1) && std::chrono::steady_clock::now() < deadline) {
       ANYEP_MP_CHECK(t->poll(c, 8, &nc, im, 8, &ni) == 0, t->last_error());
       comps += nc;
-      for (size_t k = 0; k < ni; ++k) ANYEP_MP_CHECK(im[k].imm == 0xffff && im[k].src_rank == 0, "unexpected immediate");
+      for (size_t k = 0; k < ni; ++k)
+        ANYEP_MP_CHECK(im[k].imm == 0xffff && im[k].src_rank == 0, "unexpected immediate");
       imms += ni;
     }
     if (r.rank == 1) {
@@ -302,7 +315,8 @@ TEST_P(Provider, BatchStopsAtTheFirstBadWrite) {
       int rc;
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       // -EAGAIN with nothing sent (the provider still connecting): poll and retry the batch.
-      while ((rc = t->post_writes(batch, 4, &sent)) == -EAGAIN && sent == 0 && std::chrono::steady_clock::now() < deadline)
+      while ((rc = t->post_writes(batch, 4, &sent)) == -EAGAIN && sent == 0 &&
+             std::chrono::steady_clock::now() < deadline)
         ANYEP_MP_CHECK(t->poll(c, 8, &nc, im, 8, &ni) == 0, t->last_error());
       ANYEP_MP_CHECK(rc == -EINVAL && sent == 2,
                      "expected -EINVAL after 2 writes, got " + std::to_string(rc) + " after " + std::to_string(sent));
@@ -322,16 +336,20 @@ TEST_P(Provider, BatchStopsAtTheFirstBadWrite) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while ((r.rank == 0 ? comps < 3 : imms.size() < 3) && std::chrono::steady_clock::now() < deadline) {
       ANYEP_MP_CHECK(t->poll(c, 8, &nc, im, 8, &ni) == 0, t->last_error());
-      for (size_t k = 0; k < nc; ++k) ANYEP_MP_CHECK(c[k].status == 0 && c[k].context >= 101 && c[k].context != 103 && c[k].context != 104, "unexpected completion " + std::to_string(c[k].context));
+      for (size_t k = 0; k < nc; ++k)
+        ANYEP_MP_CHECK(c[k].status == 0 && c[k].context >= 101 && c[k].context != 103 && c[k].context != 104,
+                       "unexpected completion " + std::to_string(c[k].context));
       comps += nc;
       for (size_t k = 0; k < ni; ++k) imms.push_back(im[k].imm);
     }
     if (r.rank == 0) ANYEP_MP_CHECK(comps == 3, "rank 0: " + std::to_string(comps) + " of 3 completions");
     if (r.rank == 1) {
       std::sort(imms.begin(), imms.end());
-      ANYEP_MP_CHECK(imms == (std::vector<uint32_t>{1, 2, 0xffff}), "rank 1 got " + std::to_string(imms.size()) + " immediates, expected 1, 2 and the marker");
+      ANYEP_MP_CHECK(imms == (std::vector<uint32_t>{1, 2, 0xffff}),
+                     "rank 1 got " + std::to_string(imms.size()) + " immediates, expected 1, 2 and the marker");
       for (size_t i = 0; i < buf.size(); ++i)
-        ANYEP_MP_CHECK(buf[i] == (i < 32 ? 0xab : 0), "byte " + std::to_string(i) + ": only the two writes before the bad one may land");
+        ANYEP_MP_CHECK(buf[i] == (i < 32 ? 0xab : 0),
+                       "byte " + std::to_string(i) + ": only the two writes before the bad one may land");
     }
     r.boot->barrier();
   });
@@ -343,22 +361,26 @@ TEST_P(Provider, PeerThatNeverJoinsIsNamed) {
   std::string prov = GetParam();
   testkit::RunOptions opt;
   opt.bootstrap = false;
-  auto res = testkit::run_ranks(3, [&](testkit::Rank& r) {
-    if (r.rank == 1) return;  // never joins
-    auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, LibfabricConfig{prov});
-    try {
-      // 4 s: rank 2 must join in time even on 2 loaded cores under TSan (1 s was missed there).
-      auto b = r.join(4.0);
-      transport::connect_all(*t, *b, {});
-    } catch (const TimeoutError& e) {
-      if (r.rank == 0) ANYEP_MP_CHECK(std::string(e.what()).find("rank(s) 1 of 3 never joined") != std::string::npos, e.what());
-      return;
-    } catch (const TransportError&) {
-      ANYEP_MP_CHECK(r.rank != 0, "rank 0 must time out naming rank 1");
-      return;
-    }
-    throw std::runtime_error("connect without rank 1 did not fail");
-  }, opt);
+  auto res = testkit::run_ranks(
+      3,
+      [&](testkit::Rank& r) {
+        if (r.rank == 1) return;  // never joins
+        auto t = transport::libfabric::make_libfabric_transport(r.rank, r.size, LibfabricConfig{prov});
+        try {
+          // 4 s: rank 2 must join in time even on 2 loaded cores under TSan (1 s was missed there).
+          auto b = r.join(4.0);
+          transport::connect_all(*t, *b, {});
+        } catch (const TimeoutError& e) {
+          if (r.rank == 0)
+            ANYEP_MP_CHECK(std::string(e.what()).find("rank(s) 1 of 3 never joined") != std::string::npos, e.what());
+          return;
+        } catch (const TransportError&) {
+          ANYEP_MP_CHECK(r.rank != 0, "rank 0 must time out naming rank 1");
+          return;
+        }
+        throw std::runtime_error("connect without rank 1 did not fail");
+      },
+      opt);
   ANYEP_EXPECT_RANKS_OK(res);
 }
 

@@ -6,8 +6,8 @@ using namespace anyep;
 using namespace anyep::channel;
 
 TEST(TransferCmd, WriteRoundTripAtLimits) {
-  TransferCmd c = make_write(cmd::kMaxDstRank, cmd::kMaxOffset, cmd::kMaxOffset - 16, cmd::kMaxLength,
-                             cmd::kMaxTag, true);
+  TransferCmd c =
+      make_write(cmd::kMaxDstRank, cmd::kMaxOffset, cmd::kMaxOffset - 16, cmd::kMaxLength, cmd::kMaxTag, true);
   EXPECT_EQ(cmd_op(c), Op::kWrite);
   EXPECT_EQ(cmd_dst_rank(c), 65535u);
   EXPECT_EQ(cmd_src_offset(c), (64ull << 30) - 16);
@@ -77,7 +77,11 @@ TEST(TransferCmd, EveryFieldIndependent) {
 // Every field at 0 and at its maximum decodes to what was encoded; one past the maximum is refused
 // by the try_* encoder with that field's name and by the throwing encoder with an exception.
 TEST(TransferCmd, WriteEachFieldAtItsLimits) {
-  struct Case { uint32_t rank; uint64_t src, dst, len; uint32_t tag; };
+  struct Case {
+    uint32_t rank;
+    uint64_t src, dst, len;
+    uint32_t tag;
+  };
   for (const Case& k : {Case{0, 0, 0, 0, 0}, Case{cmd::kMaxDstRank, 0, 0, 0, 0}, Case{0, cmd::kMaxOffset, 0, 0, 0},
                         Case{0, 0, cmd::kMaxOffset, 0, 0}, Case{0, 0, 0, cmd::kMaxLength, 0},
                         Case{0, 0, 0, 0, cmd::kMaxTag}, Case{1024, 16, 32, 7168, 3}}) {

@@ -78,9 +78,12 @@ TEST(Env, CountParsesDecimalOnlyAndEnforcesItsRange) {
   // The reproduction: 0 threads; and both ends of 1..64.
   for (const char* bad : {"0", "65", "-1", "-99999999999999999999"})
     expect_refused("ANYEP_PROXY_THREADS", bad, threads, "1..64");
-  expect_refused("ANYEP_LL_SMS", "-1", [] { env::get_count("ANYEP_LL_SMS"); }, "0..1024");
-  expect_refused("ANYEP_FI_NICS", "65", [] { env::get_count("ANYEP_FI_NICS"); }, "0..64");
-  expect_refused("ANYEP_CHAOS_MAX_DELAY", "1000001", [] { env::get_count("ANYEP_CHAOS_MAX_DELAY"); }, "0..1000000");
+  expect_refused(
+      "ANYEP_LL_SMS", "-1", [] { env::get_count("ANYEP_LL_SMS"); }, "0..1024");
+  expect_refused(
+      "ANYEP_FI_NICS", "65", [] { env::get_count("ANYEP_FI_NICS"); }, "0..64");
+  expect_refused(
+      "ANYEP_CHAOS_MAX_DELAY", "1000001", [] { env::get_count("ANYEP_CHAOS_MAX_DELAY"); }, "0..1000000");
 }
 
 TEST(Env, DurationIsFinitePositiveAndBoundedBeforeAnyConversion) {
@@ -124,14 +127,16 @@ TEST(Env, EnumAcceptsOnlyItsChoicesAndListsThem) {
     ScopedEnv e("ANYEP_PROXY_ORDERING", "engine");
     EXPECT_EQ(env::get_enum("ANYEP_PROXY_ORDERING"), "engine");
   }
-  expect_refused("ANYEP_PROXY_ORDERING", "Engine", [] { env::get_enum("ANYEP_PROXY_ORDERING"); },
-                 "auto, engine, bypass");
-  expect_refused("ANYEP_FI_STRIPING", "bites", [] { env::get_enum("ANYEP_FI_STRIPING"); }, "bytes, dest, rr");
-  expect_refused("ANYEP_LL_PATH", "nvlink", [] { env::get_enum("ANYEP_LL_PATH"); },
-                 "auto, proxy-cuda-ipc, proxy-libfabric");
+  expect_refused(
+      "ANYEP_PROXY_ORDERING", "Engine", [] { env::get_enum("ANYEP_PROXY_ORDERING"); }, "auto, engine, bypass");
+  expect_refused(
+      "ANYEP_FI_STRIPING", "bites", [] { env::get_enum("ANYEP_FI_STRIPING"); }, "bytes, dest, rr");
+  expect_refused(
+      "ANYEP_LL_PATH", "nvlink", [] { env::get_enum("ANYEP_LL_PATH"); }, "auto, proxy-cuda-ipc, proxy-libfabric");
   // The reproduction: an unknown provider is refused with the known ones, not ignored.
-  expect_refused("ANYEP_FI_PROVIDER", "bogus", [] { env::get_enum("ANYEP_FI_PROVIDER"); },
-                 "(empty), efa, cxi, verbs;ofi_rxm, tcp, tcp;ofi_rxm, shm");
+  expect_refused(
+      "ANYEP_FI_PROVIDER", "bogus", [] { env::get_enum("ANYEP_FI_PROVIDER"); },
+      "(empty), efa, cxi, verbs;ofi_rxm, tcp, tcp;ofi_rxm, shm");
   for (const char* ok : {"", "efa", "tcp;ofi_rxm", "shm"}) {
     ScopedEnv e("ANYEP_FI_PROVIDER", ok);
     EXPECT_EQ(env::get_enum("ANYEP_FI_PROVIDER"), ok);
@@ -185,7 +190,8 @@ TEST(Env, CpuListNamesOnlyCpusThisProcessMayRunOn) {
     expect_refused("ANYEP_PROXY_CPUS", "999", read, "CPU 999");
   }
   expect_refused("ANYEP_PROXY_CPUS", "1000000", read, "CPU 1000000");
-  for (const char* bad : {"3-1", "a,b", "0,,1", "0-", "-1", "Auto", "0x1"}) expect_refused("ANYEP_PROXY_CPUS", bad, read);
+  for (const char* bad : {"3-1", "a,b", "0,,1", "0-", "-1", "Auto", "0x1"})
+    expect_refused("ANYEP_PROXY_CPUS", bad, read);
 }
 
 TEST(Env, UnsetOrEmptyGivesTheDeclaredDefaultAndEveryDefaultIsValid) {
@@ -198,15 +204,30 @@ TEST(Env, UnsetOrEmptyGivesTheDeclaredDefaultAndEveryDefaultIsValid) {
     ScopedEnv e(v.name, nullptr);
     EXPECT_NO_THROW({
       switch (v.type) {
-        case env::Type::kDuration: env::get_duration_ns(v.name); break;
-        case env::Type::kCount: env::get_count(v.name); break;
-        case env::Type::kBool: env::get_bool(v.name); break;
-        case env::Type::kEnum: env::get_enum(v.name); break;
-        case env::Type::kSeed: env::get_seed(v.name); break;
-        case env::Type::kCpuList: env::get_cpu_choice(v.name); break;
-        case env::Type::kSecret: env::get_secret(v.name); break;
+        case env::Type::kDuration:
+          env::get_duration_ns(v.name);
+          break;
+        case env::Type::kCount:
+          env::get_count(v.name);
+          break;
+        case env::Type::kBool:
+          env::get_bool(v.name);
+          break;
+        case env::Type::kEnum:
+          env::get_enum(v.name);
+          break;
+        case env::Type::kSeed:
+          env::get_seed(v.name);
+          break;
+        case env::Type::kCpuList:
+          env::get_cpu_choice(v.name);
+          break;
+        case env::Type::kSecret:
+          env::get_secret(v.name);
+          break;
       }
-    }) << v.name << " default '" << v.default_value << "'";
+    }) << v.name
+       << " default '" << v.default_value << "'";
   }
 }
 
@@ -215,13 +236,27 @@ TEST(Env, ReadingAnUndeclaredNameOrWithTheWrongTypeThrows) {
   for (int reader = 0; reader < 7; ++reader) {
     try {
       switch (reader) {
-        case 0: env::get_duration_s("ANYEP_NOT_DECLARED_ANYWHERE"); break;
-        case 1: env::get_count("ANYEP_NOT_DECLARED_ANYWHERE"); break;
-        case 2: env::get_bool("ANYEP_NOT_DECLARED_ANYWHERE"); break;
-        case 3: env::get_enum("ANYEP_NOT_DECLARED_ANYWHERE"); break;
-        case 4: env::get_seed("ANYEP_NOT_DECLARED_ANYWHERE"); break;
-        case 5: env::get_cpu_choice("ANYEP_NOT_DECLARED_ANYWHERE"); break;
-        case 6: env::get_secret("ANYEP_NOT_DECLARED_ANYWHERE"); break;
+        case 0:
+          env::get_duration_s("ANYEP_NOT_DECLARED_ANYWHERE");
+          break;
+        case 1:
+          env::get_count("ANYEP_NOT_DECLARED_ANYWHERE");
+          break;
+        case 2:
+          env::get_bool("ANYEP_NOT_DECLARED_ANYWHERE");
+          break;
+        case 3:
+          env::get_enum("ANYEP_NOT_DECLARED_ANYWHERE");
+          break;
+        case 4:
+          env::get_seed("ANYEP_NOT_DECLARED_ANYWHERE");
+          break;
+        case 5:
+          env::get_cpu_choice("ANYEP_NOT_DECLARED_ANYWHERE");
+          break;
+        case 6:
+          env::get_secret("ANYEP_NOT_DECLARED_ANYWHERE");
+          break;
       }
       ADD_FAILURE() << "reader " << reader << " accepted an undeclared variable";
     } catch (const Error& err) {
@@ -292,7 +327,8 @@ TEST(Env, SecretIsBoundedPrintableAndNeverEchoed) {
     ScopedEnv e("ANYEP_BOOTSTRAP_SECRET", "0123abcd-job-7");
     EXPECT_EQ(env::get_secret("ANYEP_BOOTSTRAP_SECRET"), "0123abcd-job-7");
   }
-  for (const char* bad : {"has space", "tab\there", "0123456789012345678901234567890123456789012345678901234567890123X"}) {
+  for (const char* bad :
+       {"has space", "tab\there", "0123456789012345678901234567890123456789012345678901234567890123X"}) {
     ScopedEnv e("ANYEP_BOOTSTRAP_SECRET", bad);
     try {
       (void)env::get_secret("ANYEP_BOOTSTRAP_SECRET");

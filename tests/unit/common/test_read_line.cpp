@@ -35,9 +35,7 @@ TEST(ReadFirstLine, NoTrailingNewlineAndCarriageReturn) {
   std::remove(b.c_str());
 }
 
-TEST(ReadFirstLine, MissingFileIsEmpty) {
-  EXPECT_EQ(read_first_line("/nonexistent/anyep/read-line-test"), "");
-}
+TEST(ReadFirstLine, MissingFileIsEmpty) { EXPECT_EQ(read_first_line("/nonexistent/anyep/read-line-test"), ""); }
 
 TEST(ReadFirstLine, RealSystemFile) {
   // Present on every Linux machine this runs on; a boot id is 36 characters, no line end.

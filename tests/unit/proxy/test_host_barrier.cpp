@@ -137,7 +137,8 @@ TEST(HostBarrierFailures, RankThatNeverArrivesIsNamedWithItsHost) {
     ASSERT_NE(cl.rank(r).channel->producer(0).push(make_barrier(false, 5)), kPushFailed);
   const std::string leader1 = wait_rank_error(cl, 2);  // its own host's leader sees it in shared memory
   EXPECT_NE(leader1.find("BARRIER #1 (epoch 5) waited more than 300 ms; not entered by: rank 3 (host 1, entered 0)"),
-            std::string::npos) << leader1;
+            std::string::npos)
+      << leader1;
   const std::string leader0 = wait_rank_error(cl, 0);  // the other host's leader sees host 1 missing
   EXPECT_NE(leader0.find("not entered by: host 1 (its leader rank 2 entered 0)"), std::string::npos) << leader0;
   const std::string member0 = wait_rank_error(cl, 1);
@@ -159,7 +160,8 @@ TEST(HostBarrierFailures, MismatchedEpochWithinAHost) {
   for (uint32_t r = 0; r < 4; ++r)
     ASSERT_NE(cl.rank(r).channel->producer(0).push(make_barrier(false, r == 1 ? 7 : 1)), kPushFailed);
   const std::string e = wait_rank_error(cl, 0);
-  EXPECT_NE(e.find("BARRIER #1: rank 1 (host 0) entered it with epoch 7 but this rank with epoch 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("BARRIER #1: rank 1 (host 0) entered it with epoch 7 but this rank with epoch 1"), std::string::npos)
+      << e;
 }
 
 TEST(HostBarrierFailures, MismatchedEpochAcrossHosts) {
@@ -168,7 +170,8 @@ TEST(HostBarrierFailures, MismatchedEpochAcrossHosts) {
   for (uint32_t r = 0; r < 4; ++r)
     ASSERT_NE(cl.rank(r).channel->producer(0).push(make_barrier(false, r < 2 ? 1 : 9)), kPushFailed);
   const std::string e = wait_rank_error(cl, 0);
-  EXPECT_NE(e.find("BARRIER #1: rank 2 (host 1) entered it with epoch 9 but this rank with epoch 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("BARRIER #1: rank 2 (host 1) entered it with epoch 9 but this rank with epoch 1"), std::string::npos)
+      << e;
 }
 
 TEST(HostBarrierFailures, RanksDisagreeOnTheLayout) {

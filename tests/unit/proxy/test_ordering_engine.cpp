@@ -78,7 +78,10 @@ TEST(OrderingEngine, CountFenceRandomOrders) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     std::mt19937 rng(seed);
     Fixture f(ranks, tags, ranks * tags);
-    struct Ev { uint32_t src, tag; bool is_signal; };
+    struct Ev {
+      uint32_t src, tag;
+      bool is_signal;
+    };
     std::vector<Ev> evs;
     std::vector<uint32_t> need(ranks * tags), got(ranks * tags, 0);
     std::vector<bool> sig_in(ranks * tags, false);
@@ -113,7 +116,10 @@ TEST(OrderingEngine, OrderedSegmentsWrapAndHoldInOrder) {
     std::mt19937 rng(seed);
     const uint32_t S = 700;
     Fixture f(2, 2, S, false, 1 << 14);
-    struct Ev { uint32_t seg; bool is_signal; };
+    struct Ev {
+      uint32_t seg;
+      bool is_signal;
+    };
     std::vector<Ev> evs;
     std::vector<uint32_t> size(S), got(S, 0);
     std::vector<bool> sig_in(S, false);
@@ -139,7 +145,8 @@ TEST(OrderingEngine, OrderedSegmentsWrapAndHoldInOrder) {
         ++got[e.seg];
       }
       while (applied < S && sig_in[applied] && got[applied] == size[applied]) ++applied;
-      for (uint32_t g = 0; g < S; ++g) ASSERT_EQ(f.counters[g], g < applied ? 1u : 0u) << "seed " << seed << " seg " << g;
+      for (uint32_t g = 0; g < S; ++g)
+        ASSERT_EQ(f.counters[g], g < applied ? 1u : 0u) << "seed " << seed << " seg " << g;
     }
     EXPECT_EQ(applied, S);
     EXPECT_EQ(f.engine.held(), 0u);
@@ -150,7 +157,8 @@ TEST(OrderingEngine, SegmentTooFarAheadIsAnError) {
   Fixture f(2, 2, 2);
   EXPECT_EQ(f.engine.on_write(1, imm::encode_write(0, OrderingEngine::kWindow - 1, false), 0), 0);
   EXPECT_EQ(f.engine.on_write(1, imm::encode_write(0, OrderingEngine::kWindow, false), 0), -EPROTO);
-  EXPECT_NE(f.engine.last_error().find("more than 64 ordered signals in flight"), std::string::npos) << f.engine.last_error();
+  EXPECT_NE(f.engine.last_error().find("more than 64 ordered signals in flight"), std::string::npos)
+      << f.engine.last_error();
 }
 
 TEST(OrderingEngine, HeldSignalTimesOutNamingPeerTagAndMissingWrites) {

@@ -60,11 +60,13 @@ TEST(ProxyConfig, FromEnvReadsEachVariable) {
 TEST(ProxyConfig, FromEnvNamesABadVariable) {
   {
     ScopedEnv o("ANYEP_PROXY_ORDERING", "sometimes");
-    EXPECT_NE(invalid_message([] { ProxyConfig::from_env(); }).find("ANYEP_PROXY_ORDERING='sometimes'"), std::string::npos);
+    EXPECT_NE(invalid_message([] { ProxyConfig::from_env(); }).find("ANYEP_PROXY_ORDERING='sometimes'"),
+              std::string::npos);
   }
   {
     ScopedEnv r("ANYEP_PROXY_RANKS_PER_HOST", "-2");
-    EXPECT_NE(invalid_message([] { ProxyConfig::from_env(); }).find("ANYEP_PROXY_RANKS_PER_HOST='-2'"), std::string::npos);
+    EXPECT_NE(invalid_message([] { ProxyConfig::from_env(); }).find("ANYEP_PROXY_RANKS_PER_HOST='-2'"),
+              std::string::npos);
   }
   {
     ScopedEnv t("ANYEP_TIMEOUT_S", "-1");
@@ -73,7 +75,9 @@ TEST(ProxyConfig, FromEnvNamesABadVariable) {
   // The reproductions: -5 disabled every timeout, 0 and 1e30 failed spuriously.
   for (const char* bad : {"-5", "0", "1e30"}) {
     ScopedEnv t("ANYEP_TIMEOUT_S", bad);
-    EXPECT_NE(invalid_message([] { ProxyConfig::from_env(); }).find("ANYEP_TIMEOUT_S='" + std::string(bad) + "' is out of range"),
+    EXPECT_NE(invalid_message([] {
+                ProxyConfig::from_env();
+              }).find("ANYEP_TIMEOUT_S='" + std::string(bad) + "' is out of range"),
               std::string::npos)
         << bad;
   }

@@ -113,7 +113,10 @@ TEST_P(ProxyOps, BarrierReleasesOnlyAfterEveryRankEntered) {
         entered.fetch_add(1);
         RingHandle h = cl.rank(r).channel->producer(0);
         const uint64_t i = h.push(make_barrier(epoch % 2 == 0, epoch));
-        if (i == kPushFailed || !h.wait_done(i)) { bad.fetch_add(100); return; }
+        if (i == kPushFailed || !h.wait_done(i)) {
+          bad.fetch_add(100);
+          return;
+        }
         if (entered.load() < epoch * R) bad.fetch_add(1);  // released before everyone entered
       }
     });
@@ -146,7 +149,8 @@ TEST(ProxyFailures, OutOfRangeOffsetNeverReachesTheTransport) {
   RingHandle h = cl.rank(0).channel->producer(0);
   ASSERT_NE(h.push(make_write(1, 0, (1 << 16) - 256, 512)), kPushFailed);  // runs past the 64 KiB buffer
   const std::string e = wait_error(cl);
-  EXPECT_NE(e.find("WRITE destination [65280, +512) on rank 1 is outside the symmetric memory"), std::string::npos) << e;
+  EXPECT_NE(e.find("WRITE destination [65280, +512) on rank 1 is outside the symmetric memory"), std::string::npos)
+      << e;
   EXPECT_EQ(cl.rank(0).proxy->stats().writes, 0u);
   // The error stays raised, with its class: a bad command is the caller's invalid argument.
   EXPECT_THROW(cl.check(), InvalidArgument);
@@ -185,7 +189,9 @@ TEST(ProxyFailures, BarrierWithAnAbsentRankTimesOutNamingIt) {
   ASSERT_NE(h0.push(make_barrier(false, 1)), kPushFailed);
   ASSERT_NE(h1.push(make_barrier(false, 1)), kPushFailed);  // rank 2 never enters
   const std::string e = wait_error(cl, 10);
-  EXPECT_NE(e.find("BARRIER #1 (epoch 1) waited more than 300 ms; not entered by: rank 2 (host 2, entered 0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("BARRIER #1 (epoch 1) waited more than 300 ms; not entered by: rank 2 (host 2, entered 0)"),
+            std::string::npos)
+      << e;
 }
 
 // A transport whose writes land but never report local completion: QUIET must end in an error
@@ -196,7 +202,9 @@ class NoCompletions final : public transport::Transport {
   const transport::Capabilities& capabilities() const override { return in_->capabilities(); }
   uint32_t rank() const override { return in_->rank(); }
   uint32_t num_ranks() const override { return in_->num_ranks(); }
-  transport::MrId register_memory(void* b, size_t n, transport::MemKind k) override { return in_->register_memory(b, n, k); }
+  transport::MrId register_memory(void* b, size_t n, transport::MemKind k) override {
+    return in_->register_memory(b, n, k);
+  }
   std::vector<uint8_t> export_mr(transport::MrId id) const override { return in_->export_mr(id); }
   std::vector<uint8_t> local_address() const override { return in_->local_address(); }
   void connect(const std::vector<std::vector<uint8_t>>& a) override { in_->connect(a); }
@@ -225,7 +233,9 @@ TEST(ProxyFailures, QuietWhoseWritesNeverCompleteTimesOut) {
   const uint64_t q = h.push(make_quiet());
   const std::string e = wait_error(cl, 10);
   EXPECT_NE(e.find("rank 0 proxy thread 1 ring 1 index 1: QUIET waited more than 300 ms for remote completion of "
-                   "earlier commands: ring 1: 1 not complete"), std::string::npos) << e;
+                   "earlier commands: ring 1: 1 not complete"),
+            std::string::npos)
+      << e;
   EXPECT_FALSE(h.done(q));
 }
 

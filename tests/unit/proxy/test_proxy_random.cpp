@@ -101,8 +101,12 @@ uint64_t base_seed() {
 }  // namespace
 
 TEST(ProxyRandom, LoopbackBypass2Ranks1Thread) { run_case({2, 1, 2, static_cast<int>(Ordering::kAuto), base_seed()}); }
-TEST(ProxyRandom, LoopbackEngine4Ranks2Threads) { run_case({4, 2, 3, static_cast<int>(Ordering::kEngine), base_seed() + 1}); }
-TEST(ProxyRandom, LoopbackBypass4Ranks2Threads) { run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), base_seed() + 2}); }
+TEST(ProxyRandom, LoopbackEngine4Ranks2Threads) {
+  run_case({4, 2, 3, static_cast<int>(Ordering::kEngine), base_seed() + 1});
+}
+TEST(ProxyRandom, LoopbackBypass4Ranks2Threads) {
+  run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), base_seed() + 2});
+}
 
 TEST(ProxyRandom, ChaosEngine2Ranks1Thread) {
   const uint64_t seed = base_seed() + 3;

@@ -20,7 +20,9 @@ LLBufferInfo buffer(int64_t bytes = -1) {
   return {R, kDev, bytes >= 0 ? bytes : static_cast<int64_t>(ll::Layout{T, 1024, R, E}.total_bytes())};
 }
 
-TensorRef dev_tensor(DType dt, std::initializer_list<int64_t> shape) { return contiguous_ref(nullptr, dt, shape, kDev); }
+TensorRef dev_tensor(DType dt, std::initializer_list<int64_t> shape) {
+  return contiguous_ref(nullptr, dt, shape, kDev);
+}
 
 LLDispatchIn good_dispatch() {
   LLDispatchIn in;
@@ -74,7 +76,8 @@ void expect_invalid(const std::function<void()>& fn, const std::vector<std::stri
     fn();
   } catch (const InvalidArgument& e) {
     const std::string m = e.what();
-    for (const auto& f : fragments) EXPECT_NE(m.find(f), std::string::npos) << "message '" << m << "' lacks '" << f << "'";
+    for (const auto& f : fragments)
+      EXPECT_NE(m.find(f), std::string::npos) << "message '" << m << "' lacks '" << f << "'";
     return;
   }
   ADD_FAILURE() << "expected InvalidArgument naming '" << fragments.front() << "'";
@@ -195,7 +198,8 @@ TEST(LLValidateDispatch, ShapeAgainstLimitsAndBuffer) {
   LLDispatchIn in = good_dispatch();
   in.x = dev_tensor(DType::kBFloat16, {N, 100});
   dispatch_invalid(in, {"hidden must be a multiple of 128"});
-  dispatch_invalid(good_dispatch(), {"buffer too small", "tokens 8, hidden 512, experts 4", "get_low_latency_rdma_size_hint"},
+  dispatch_invalid(good_dispatch(),
+                   {"buffer too small", "tokens 8, hidden 512, experts 4", "get_low_latency_rdma_size_hint"},
                    buffer(1024));
 }
 
@@ -223,7 +227,10 @@ TEST(LLValidateDispatch, OutputsMustMatchThePlan) {
   };
   bad([](LLDispatchOut& o) { o.recv_x.dtype = DType::kBFloat16; }, {"recv_x must be Float8_e4m3fn", "got BFloat16"});
   bad([](LLDispatchOut& o) { o.recv_scales = TensorRef{}; }, {"recv_scales is missing"});
-  bad([](LLDispatchOut& o) { o.recv_scales = allocated(contiguous_spec(DType::kFloat32, {L, RT, 4})); },
+  bad(
+      [](LLDispatchOut& o) {
+        o.recv_scales = allocated(contiguous_spec(DType::kFloat32, {L, RT, 4}));
+      },
       {"recv_scales must have strides [64, 1, 16]", "got [64, 4, 1]"});
   bad([](LLDispatchOut& o) { o.recv_count.shape[0] = 3; }, {"recv_count must have shape [2], got [3]"});
   bad([](LLDispatchOut& o) { o.layout_range.device = 1; }, {"layout_range must be a CUDA tensor on device 0"});
@@ -252,7 +259,8 @@ TEST(LLValidateCombine, GoodCallPlansTheOutput) {
 TEST(LLValidateCombine, WrongInputsNameTheArgument) {
   LLCombineIn in = good_combine();
   in.x = dev_tensor(DType::kBFloat16, {L, T, H});
-  combine_invalid(in, {"x must have shape [num_local_experts=2, num_ranks*num_max_dispatch_tokens_per_rank=16", "[2, 8, 512]"});
+  combine_invalid(
+      in, {"x must have shape [num_local_experts=2, num_ranks*num_max_dispatch_tokens_per_rank=16", "[2, 8, 512]"});
   in = good_combine();
   in.topk_weights.dtype = DType::kFloat64;
   combine_invalid(in, {"topk_weights must be Float", "got Double"});
@@ -298,10 +306,16 @@ TEST(LLValidateCombine, HandleStorageTooSmall) {
 
 TEST(LLValidateCombine, OutMustFit) {
   const LLCombinePlan p = validate_combine(good_combine(), buffer());
-  expect_invalid([&] { validate_combine_output(p, dev_tensor(DType::kBFloat16, {N, H / 2}), buffer()); },
-                 {"out must have shape [6, 512], got [6, 256]"});
-  expect_invalid([&] { validate_combine_output(p, dev_tensor(DType::kFloat32, {N, H}), buffer()); },
-                 {"out must be BFloat16"});
+  expect_invalid(
+      [&] {
+        validate_combine_output(p, dev_tensor(DType::kBFloat16, {N, H / 2}), buffer());
+      },
+      {"out must have shape [6, 512], got [6, 256]"});
+  expect_invalid(
+      [&] {
+        validate_combine_output(p, dev_tensor(DType::kFloat32, {N, H}), buffer());
+      },
+      {"out must be BFloat16"});
 }
 
 // ---- topk values -----------------------------------------------------------------------------
@@ -310,7 +324,8 @@ TEST(LLValidateTopk, ValuesOutsideTheExpertRangeAreNamed) {
   const std::vector<int64_t> ok{0, 3, -1, 2}, high{0, 4, 1, 1}, low{-2, 0, 3, 1};
   EXPECT_NO_THROW(validate_topk_values(ok.data(), 4, E));
   EXPECT_NO_THROW(validate_topk_values(nullptr, 0, E));
-  expect_invalid([&] { validate_topk_values(high.data(), 4, E); }, {"topk_idx holds values in [0, 4], outside [-1, num_experts=4)"});
+  expect_invalid([&] { validate_topk_values(high.data(), 4, E); },
+                 {"topk_idx holds values in [0, 4], outside [-1, num_experts=4)"});
   expect_invalid([&] { validate_topk_values(low.data(), 4, E); }, {"topk_idx holds values in [-2, 3]"});
 }
 
@@ -342,8 +357,11 @@ TEST(LLValidateMask, StatusTensorMustBeIntPerRank) {
                  {"mask_status must be Int"});
   expect_invalid([] { validate_mask_status(dev_tensor(DType::kInt32, {R + 1}), shrink_buffer()); },
                  {"mask_status must have num_ranks=2 entries, got shape [3]"});
-  expect_invalid([] { validate_mask_status(dev_tensor(DType::kInt32, {1, R}), shrink_buffer()); },
-                 {"mask_status must have 1 dimensions"});
+  expect_invalid(
+      [] {
+        validate_mask_status(dev_tensor(DType::kInt32, {1, R}), shrink_buffer());
+      },
+      {"mask_status must have 1 dimensions"});
   expect_invalid([] { validate_mask_status(contiguous_ref(nullptr, DType::kInt32, {R}, -1), shrink_buffer()); },
                  {"mask_status must be a CUDA tensor on device 0"});
   expect_invalid([] { validate_mask_status(TensorRef{}, shrink_buffer()); }, {"mask_status is missing"});

@@ -32,12 +32,12 @@ class ThreadAllgather {
 };
 
 TEST(CallbackBootstrap, RejectsBadArgumentsAndMalformedResults) {
-  EXPECT_THROW(make_callback_bootstrap(2, 2, [](const std::vector<uint8_t>&) { return std::vector<std::vector<uint8_t>>{}; }),
-               InvalidArgument);
+  EXPECT_THROW(
+      make_callback_bootstrap(2, 2, [](const std::vector<uint8_t>&) { return std::vector<std::vector<uint8_t>>{}; }),
+      InvalidArgument);
   EXPECT_THROW(make_callback_bootstrap(0, 1, nullptr), InvalidArgument);
-  auto short_result = make_callback_bootstrap(0, 2, [](const std::vector<uint8_t>& m) {
-    return std::vector<std::vector<uint8_t>>{m};
-  });
+  auto short_result =
+      make_callback_bootstrap(0, 2, [](const std::vector<uint8_t>& m) { return std::vector<std::vector<uint8_t>>{m}; });
   EXPECT_THROW(short_result->allgather({1}), InvalidArgument);
   auto wrong_slot = make_callback_bootstrap(1, 2, [](const std::vector<uint8_t>& m) {
     return std::vector<std::vector<uint8_t>>{m, {}};
@@ -103,7 +103,6 @@ TEST(ConnectAll, MismatchedRegionCountsNameThePeer) {
   EXPECT_NE(errors[0].find("rank 1 registered 2 regions"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("rank 0 registered 1 regions"), std::string::npos) << errors[1];
 }
-
 
 // Region ids come from peers: one far out of range is refused with a message, never allocated for
 // (before the check, a peer's id of 2^30 resized a vector to a billion entries).

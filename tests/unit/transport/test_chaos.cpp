@@ -16,9 +16,9 @@ constexpr uint32_t kWrites = 200;
 constexpr uint64_t kSlot = 64;
 
 struct Trace {
-  std::vector<uint32_t> imms;       // imm values in the order rank 1 saw them
-  std::vector<uint64_t> contexts;   // completion contexts in the order rank 0 saw them
-  std::vector<uint8_t> dst;         // rank 1's region at the end
+  std::vector<uint32_t> imms;      // imm values in the order rank 1 saw them
+  std::vector<uint64_t> contexts;  // completion contexts in the order rank 0 saw them
+  std::vector<uint8_t> dst;        // rank 1's region at the end
 };
 
 // Rank 0 posts kWrites writes (each to its own slot, imm = index) plus an imm-only every 10th;
@@ -165,7 +165,8 @@ TEST(Chaos, EnvironmentSwitchesItOn) {
   ::unsetenv("ANYEP_CHAOS_SEED");
   EXPECT_EQ(chaos::maybe_wrap_chaos_from_env(loopback::make_endpoint(fabric, 0))->capabilities().backend, "loopback");
   ::setenv("ANYEP_CHAOS_SEED", "17", 1);
-  EXPECT_EQ(chaos::maybe_wrap_chaos_from_env(loopback::make_endpoint(fabric, 1))->capabilities().backend, "chaos(loopback)");
+  EXPECT_EQ(chaos::maybe_wrap_chaos_from_env(loopback::make_endpoint(fabric, 1))->capabilities().backend,
+            "chaos(loopback)");
   ::setenv("ANYEP_CHAOS_SEED", "x17", 1);
   auto f2 = loopback::make_fabric(1);
   EXPECT_THROW(chaos::maybe_wrap_chaos_from_env(loopback::make_endpoint(f2, 0)), InvalidArgument);

@@ -84,8 +84,8 @@ TEST(ImmInbox, SegmentIsUnlinkedByItsOwnerAndChecked) {
   std::string name = test_name("life");
   {
     ImmInbox owner = ImmInbox::create(name, 2, 8);
-    EXPECT_THROW(ImmInbox::create(name, 2, 8), TransportError);        // exists already
-    EXPECT_THROW(ImmInbox::attach(name, 3, 8), TransportError);        // announced for another size
+    EXPECT_THROW(ImmInbox::create(name, 2, 8), TransportError);  // exists already
+    EXPECT_THROW(ImmInbox::attach(name, 3, 8), TransportError);  // announced for another size
     EXPECT_THROW(ImmInbox::create(test_name("npot"), 2, 6), InvalidArgument);
   }
   int fd = shm_open(name.c_str(), O_RDWR, 0);
