@@ -157,7 +157,10 @@ std::string cpu_ranges(const std::vector<int>& cpus) {
     while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
     if (!out.empty()) out += ",";
     out += std::to_string(cpus[i]);
-    if (j > i) out += "-" + std::to_string(cpus[j]);
+    if (j > i) {  // appended piecewise: `"-" + std::to_string(...)` trips GCC 12's -Wrestrict false positive at -O3
+      out += '-';
+      out += std::to_string(cpus[j]);
+    }
     i = j + 1;
   }
   return out;
