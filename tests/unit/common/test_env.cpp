@@ -9,26 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "../scoped_env.h"
 #include "common/env.h"
 #include "common/error.h"
 
 using namespace anyep;
 
 namespace {
-// Sets (or, with nullptr, unsets) a variable for one scope and restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    value ? ::setenv(name, value, 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { had_ ? ::setenv(name_, old_.c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using test_support::ScopedEnv;
 
 template <class F>
 std::string invalid_message(F&& f) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "../scoped_env.h"
 #include "common/error.h"
 #include "proxy/proxy.h"
 #include "testkit/local_cluster.h"
@@ -17,19 +18,7 @@ using namespace anyep::testkit;
 
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    value ? ::setenv(name, value, 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { had_ ? ::setenv(name_, old_.c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using test_support::ScopedEnv;
 
 std::string invalid_message(const std::function<void()>& f) {
   try {

@@ -6,26 +6,14 @@
 #include <cstdlib>
 #include <string>
 
+#include "../scoped_env.h"
 #include "common/error.h"
 #include "transport/factory.h"
 
 namespace anyep::transport {
 namespace {
 
-// Sets (or unsets, for nullptr) a variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    value ? ::setenv(name, value, 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { had_ ? ::setenv(name_, old_.c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using test_support::ScopedEnv;
 
 template <class E, class F>
 std::string error_of(F&& f) {
