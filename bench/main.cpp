@@ -205,8 +205,8 @@ int main(int argc, char** argv) {
           }
         });
       for (auto& t : th) t.join();
-      for (auto& e : errs)
-        if (e) std::rethrow_exception(e);
+      // A data violation is the error reported, ahead of the timeouts it causes in other ranks.
+      if (std::exception_ptr e = first_by_precedence(errs)) std::rethrow_exception(e);
       cl.stop();
       cl.check();
       std::vector<uint64_t> rt, q;
