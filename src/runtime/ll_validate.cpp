@@ -195,9 +195,11 @@ void validate_combine_output(const LLCombinePlan& p, const TensorRef& out, const
 
 void validate_topk_values(const int64_t* v, int64_t n, int64_t E) {
   if (n <= 0) return;
-  const auto [mn, mx] = std::minmax_element(v, v + n);
-  expect(*mn >= -1 && *mx < E, [&] {
-    return std::string() + "topk_idx holds values in [" + to_string(*mn) + ", " + to_string(*mx) +
+  // Plain values, not a structured binding: clang 14 cannot capture bindings in a lambda.
+  const auto range = std::minmax_element(v, v + n);
+  const int64_t mn = *range.first, mx = *range.second;
+  expect(mn >= -1 && mx < E, [&] {
+    return std::string() + "topk_idx holds values in [" + to_string(mn) + ", " + to_string(mx) +
            "], outside [-1, num_experts=" + to_string(E) + ")";
   });
 }
