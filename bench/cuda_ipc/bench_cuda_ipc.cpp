@@ -10,7 +10,6 @@
 // w32/poll: up to 32 post_write calls, then one poll (how a proxy drains its ring).
 // batch32:  up to 32 writes per post_writes call, then one poll.
 // Figures are the median of `reps` timed repetitions after one warm-up; ratio = backend / raw.
-#include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_runtime.h"
 #include "testkit/shm_board.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
 #include "transport/factory.h"

@@ -6,9 +6,7 @@
 
 #include "common/error.h"
 
-#if ANYEP_WITH_CUDA
-#include <cuda_runtime.h>
-
+#if ANYEP_WITH_GPU
 #include "common/cuda_check.h"
 #endif
 
@@ -17,7 +15,7 @@ namespace anyep::channel {
 namespace {
 bool is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
 
-#if ANYEP_WITH_CUDA
+#if ANYEP_WITH_GPU
 void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "channel", what); }
 #endif
 
@@ -65,7 +63,7 @@ Channel::Channel(const ChannelConfig& cfg) : cfg_(cfg) {
 
   uint8_t* host_dev_view = nullptr;  // how producers address host_block_
   if (cfg.producer == ProducerKind::kGpu) {
-#if ANYEP_WITH_CUDA
+#if ANYEP_WITH_GPU
     cuda_check(cudaSetDevice(cfg.cuda_device), "cudaSetDevice");
     cuda_check(cudaHostAlloc(&host_block_, total, cudaHostAllocMapped | cudaHostAllocPortable),
                "cudaHostAlloc(ring slots)");
@@ -77,7 +75,7 @@ Channel::Channel(const ChannelConfig& cfg) : cfg_(cfg) {
     cuda_check(cudaMemset(counters_, 0, counter_bytes), "cudaMemset(ring counters)");
     cuda_check(cudaMalloc(reinterpret_cast<void**>(&handles_dev_), handle_bytes), "cudaMalloc(ring handles)");
 #else
-    throw Unsupported("channel: GPU producers need a CUDA build (configure with ANYEP_CUDA=ON)");
+    throw Unsupported("channel: GPU producers need a GPU build (configure with ANYEP_GPU=cuda or ANYEP_GPU=hip)");
 #endif
   } else {
     host_block_ = std::aligned_alloc(64, (total + 63) / 64 * 64);
@@ -106,7 +104,7 @@ Channel::Channel(const ChannelConfig& cfg) : cfg_(cfg) {
                             reinterpret_cast<RingShared*>(host_ring + shared_off), cfg.capacity, i);
   }
   if (cfg.producer == ProducerKind::kGpu) {
-#if ANYEP_WITH_CUDA
+#if ANYEP_WITH_GPU
     cuda_check(cudaMemcpy(handles_dev_, handles_.data(), handle_bytes, cudaMemcpyHostToDevice),
                "cudaMemcpy(ring handles)");
 #endif
@@ -117,7 +115,7 @@ Channel::Channel(const ChannelConfig& cfg) : cfg_(cfg) {
 
 Channel::~Channel() {
   if (cfg_.producer == ProducerKind::kGpu) {
-#if ANYEP_WITH_CUDA
+#if ANYEP_WITH_GPU
     cudaFree(handles_dev_);
     cudaFree(counters_);
     cudaFreeHost(host_block_);

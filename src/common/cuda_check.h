@@ -1,12 +1,11 @@
 // anyep/src/common/cuda_check.h — turn a failed CUDA runtime call into anyep::CudaError with
-// context. Host code of CUDA-enabled builds only.
+// context. Host code of GPU builds only (CUDA, or HIP through gpu_runtime.h).
 #pragma once
-
-#include <cuda_runtime_api.h>
 
 #include <string>
 
 #include "common/error.h"
+#include "common/gpu_runtime.h"
 
 namespace anyep {
 

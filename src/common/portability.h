@@ -2,16 +2,32 @@
 //
 // The one place where device code meets a particular GPU toolchain. Kernels and the GPU side of
 // the channel use only what is declared here for warp size, lane masks, shuffles and reductions,
-// fences, scoped loads/stores, atomics, timers and traps, so a HIP build for AMD GPUs changes this
-// file and no kernel (scripts/check/portability.sh keeps vendor instructions out of kernel files).
+// fences, scoped loads/stores, 16-byte loads/stores, atomics, timers, traps and number formats
+// (BF16 pairs, FP8 e4m3, UE8M0 scales), so one kernel source builds for NVIDIA (CUDA) and AMD (HIP)
+// GPUs (scripts/check/portability.sh keeps vendor instructions out of kernel files; docs/amd.md).
+// What CUDA and HIP spell alike is used directly: threadIdx/blockIdx/blockDim/gridDim,
+// __syncthreads, __shared__, atomicAdd/atomicExch/atomicCAS(_system), __launch_bounds__, printf,
+// the uint4/int4/float2/float4 vector types and the float math functions.
+//
+// Warps: 32 lanes on NVIDIA, 64 on AMD's CDNA GPUs (gfx90a, gfx942; wave32 targets are refused
+// below). Kernels write port::kWarpSize and full_lane_mask(), never a number; lane masks are 64-bit.
 //
 // Every function also compiles for the host (CPU producers and CPU tests run the same push path
 // as the GPU); host versions use GCC/Clang __atomic builtins, which TSan understands.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#elif defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#endif
 
 #if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
 #include <sched.h>
@@ -35,6 +51,19 @@
 #define ANYEP_WARP_SIZE 64
 #else
 #define ANYEP_WARP_SIZE 32
+#endif
+
+// One wavefront size per build: host code (launch shapes, tests) and device code must agree.
+#if defined(__HIP_DEVICE_COMPILE__)
+static_assert(__AMDGCN_WAVEFRONT_SIZE == ANYEP_WARP_SIZE,
+              "anyep: AMD targets with 32-lane wavefronts (RDNA) are not supported; build for CDNA (gfx90a, gfx942)");
+#endif
+
+// A kernel parameter the kernel only reads (CUDA: passed by reference into constant space).
+#if defined(__CUDACC__)
+#define ANYEP_GRID_CONSTANT __grid_constant__
+#else
+#define ANYEP_GRID_CONSTANT
 #endif
 
 namespace anyep::port {
@@ -212,12 +241,20 @@ inline void load16_acquire_system(const uint64_t* p, uint64_t* lo, uint64_t* hi)
 }
 
 // Full fence at system scope: orders this thread's earlier writes (e.g. token data in host-mapped
-// memory) before its later ones as seen by the host and other devices.
+// memory or a peer GPU's memory) before its later ones as seen by the host and other devices.
+// (CUDA: membar.sys, which is fence.sc.sys from sm_70 on; HIP: a seq_cst fence at system scope.)
 ANYEP_HD ANYEP_INLINE void fence_system() {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("fence.sc.sys;" ::: "memory");
-#elif defined(ANYEP_DEVICE_PASS)
+#if defined(ANYEP_DEVICE_PASS)
+  __threadfence_system();
+#else
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+// Full fence at device scope: orders this thread's writes for the other blocks of this GPU.
+ANYEP_HD ANYEP_INLINE void fence_device() {
+#if defined(ANYEP_DEVICE_PASS)
+  __threadfence();
 #else
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
 #endif
@@ -235,8 +272,56 @@ ANYEP_DEVICE ANYEP_INLINE uint4 load16_read_once(const void* p) {
                : "l"(p));
   return v;
 #else
-  // AMD: a plain load for now (its non-temporal hint is for the HIP issue to choose and measure).
+  // AMD: a plain load (a non-temporal hint is for a measurement on an AMD GPU to choose).
   return *reinterpret_cast<const uint4*>(p);
+#endif
+}
+
+// One 16-byte store (`p` 16-byte aligned): payload rows, headers.
+ANYEP_DEVICE ANYEP_INLINE void store16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
+
+#if defined(__HIPCC__)
+namespace detail {
+// AMD: `*p` as relaxed atomic 32-bit loads at HIP memory scope `Scope`: coherent at that scope,
+// past the non-coherent per-CU cache.
+template <int Scope, typename V>
+ANYEP_DEVICE ANYEP_INLINE V load_words_relaxed(const V* p) {
+  static_assert(sizeof(V) % 4 == 0, "whole 32-bit words");
+  V v;
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+  const uint32_t* s = reinterpret_cast<const uint32_t*>(p);
+#pragma unroll
+  for (unsigned i = 0; i < sizeof(V) / 4; ++i) w[i] = __hip_atomic_load(s + i, __ATOMIC_RELAXED, Scope);
+  return v;
+}
+}  // namespace detail
+#endif
+
+// Loads of data another GPU (or a NIC, through a proxy) wrote while this kernel runs, after the
+// acquire that ordered them. load_l2: from L2, past a possibly stale L1 (peer-GPU memory; AMD:
+// agent scope); load_uncached: from memory, past every cache (host memory written by a NIC; AMD:
+// system scope, host memory being fine-grained). V: a 4-, 8- or 16-byte type (int, float, uint4,
+// int4, float4), `p` aligned to its size. (nvcc's host pass parses device functions too: `*p`
+// there is never run.)
+template <typename V>
+ANYEP_DEVICE ANYEP_INLINE V load_l2(const V* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldcg(p);
+#elif defined(__HIPCC__)
+  return detail::load_words_relaxed<__HIP_MEMORY_SCOPE_AGENT>(p);
+#else
+  return *p;
+#endif
+}
+
+template <typename V>
+ANYEP_DEVICE ANYEP_INLINE V load_uncached(const V* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldcv(p);
+#elif defined(__HIPCC__)
+  return detail::load_words_relaxed<__HIP_MEMORY_SCOPE_SYSTEM>(p);
+#else
+  return *p;
 #endif
 }
 #endif
@@ -359,6 +444,119 @@ ANYEP_HD ANYEP_INLINE int lowest_bit64(uint64_t x) {
 #endif
 }
 
+// ---- number formats: BF16, FP8 e4m3, UE8M0 scales ------------------------------------------------
+// NVIDIA: the toolkit's conversion instructions (cuda_bf16.h, cuda_fp8.h). Elsewhere (AMD with
+// ROCm 5.2, which has no FP8 type; the host, where tests check them) the same conversions in
+// software, bit for bit: round to nearest even; FP8 saturates finite values and infinities to
+// +-448 and keeps NaN a NaN (the SATFINITE mode the kernels use). tests/unit/common/test_number_formats
+// checks the software against a reference; tests/gpu/common checks it against NVIDIA's instructions.
+
+ANYEP_HD ANYEP_INLINE uint32_t float_bits(float f) {
+#if defined(ANYEP_DEVICE_PASS)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE float bits_float(uint32_t u) {
+#if defined(ANYEP_DEVICE_PASS)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+namespace soft {
+
+// float -> BF16 bits, round to nearest even; NaN -> the canonical NaN 0x7fff (as NVIDIA's cvt).
+ANYEP_HD ANYEP_INLINE uint16_t bf16_from_float(float f) {
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+ANYEP_HD ANYEP_INLINE float float_from_bf16(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+// float -> FP8 e4m3 (bias 7, no infinities, 0x7f/0xff NaN), round to nearest even, saturating.
+ANYEP_HD ANYEP_INLINE uint8_t fp8_e4m3_from_float(float f) {
+  const uint32_t u = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7f);   // NaN
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7e);  // >= 448 (and inf): saturate to 448
+  const int e = static_cast<int>(a >> 23) - 127;
+  if (e < -6) {
+    // Below the smallest normal (2^-6): multiples of 2^-9. The scaling is exact, so is the
+    // rounding (the float rounding mode is nearest even); 8 * 2^-9 is the smallest normal, whose
+    // code is 0x08, so the integer is the code either way.
+    const float q = bits_float(a) * 512.0f;
+    const uint32_t qi = static_cast<uint32_t>(rintf(q));
+    return static_cast<uint8_t>(sign | qi);
+  }
+  const uint32_t m = (a & 0x7fffffu) >> 20;  // 3 mantissa bits kept
+  const uint32_t rest = a & 0xfffffu;        // 20 bits dropped
+  uint32_t code = (static_cast<uint32_t>(e + 7) << 3) | m;
+  // Nearest even; a carry moves into the exponent. Below 448 nothing rounds past 0x7e (448).
+  if (rest > 0x80000u || (rest == 0x80000u && (m & 1u))) ++code;
+  return static_cast<uint8_t>(sign | code);
+}
+
+ANYEP_HD ANYEP_INLINE float float_from_fp8_e4m3(uint8_t c) {
+  const float sign = (c & 0x80) ? -1.0f : 1.0f;
+  const uint32_t e = (c >> 3) & 0xfu, m = c & 7u;
+  if (e == 0xfu && m == 7u) return bits_float(0x7fc00000u);  // NaN
+  if (e == 0) return sign * static_cast<float>(m) * (1.0f / 512.0f);
+  return sign * bits_float(((e + 120u) << 23) | (m << 20));  // 2^(e-7) * (1 + m/8)
+}
+
+}  // namespace soft
+
+// UE8M0 scales: the scale rounded up to a power of two (the same expression on every GPU), and
+// the biased exponent byte that the packed int32 scales carry (4 per int32, low byte first).
+ANYEP_HD ANYEP_INLINE float round_scale_ue8m0(float scale) { return exp2f(ceilf(log2f(scale))); }
+ANYEP_HD ANYEP_INLINE uint32_t ue8m0_exponent(float pow2_scale) { return (float_bits(pow2_scale) >> 23) & 0xffu; }
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+// Two BF16 values packed in 32 bits (low half first) <-> float2.
+ANYEP_DEVICE ANYEP_INLINE float2 bf16x2_to_float2(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  __nv_bfloat162 h;
+  static_assert(sizeof h == sizeof v, "bf16 pair is 32 bits");
+  memcpy(&h, &v, sizeof v);
+  return __bfloat1622float2(h);
+#else
+  return make_float2(soft::float_from_bf16(static_cast<uint16_t>(v)),
+                     soft::float_from_bf16(static_cast<uint16_t>(v >> 16)));
+#endif
+}
+
+// (lo, hi) -> two BF16 values packed in 32 bits, each rounded to nearest even.
+ANYEP_DEVICE ANYEP_INLINE uint32_t float2_to_bf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  uint32_t v;
+  memcpy(&v, &h, sizeof v);
+  return v;
+#else
+  return static_cast<uint32_t>(soft::bf16_from_float(lo)) | (static_cast<uint32_t>(soft::bf16_from_float(hi)) << 16);
+#endif
+}
+
+// (lo, hi) -> two FP8 e4m3 values in 16 bits (low byte first), rounded to nearest even, saturated.
+ANYEP_DEVICE ANYEP_INLINE uint16_t float2_to_fp8x2_e4m3(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
+#else
+  return static_cast<uint16_t>(soft::fp8_e4m3_from_float(lo) | (soft::fp8_e4m3_from_float(hi) << 8));
+#endif
+}
+#endif
+
 // ---- time and failure ----------------------------------------------------------------------------
 
 // Nanoseconds from a monotonic clock (the GPU's global timer on the device).
@@ -397,9 +595,14 @@ ANYEP_HD ANYEP_INLINE void spin_pause() {
 // Unrecoverable misuse detected inside a kernel (e.g. a value that does not fit its wire field):
 // print what was wrong, then trap so the launch fails with an error the host sees.
 #if defined(ANYEP_DEVICE_PASS)
+#if defined(__CUDA_ARCH__)
+#define ANYEP_DEVICE_TRAP() __trap()
+#else
+#define ANYEP_DEVICE_TRAP() __builtin_trap()  // HIP: ends the kernel with an error the host sees
+#endif
 #define ANYEP_DEVICE_FAIL(...)                  \
   do {                                          \
     printf("anyep device error: " __VA_ARGS__); \
-    __trap();                                   \
+    ANYEP_DEVICE_TRAP();                        \
   } while (0)
 #endif

@@ -15,8 +15,6 @@
 // waits for the remaining flags and resets all of them for the next use of this half.
 // Shrink mode (c.mask set): nothing is sent to a masked rank, and the experts of a masked owner
 // are not waited for and contribute nothing; an owner whose flag times out is masked.
-#include <cuda_bf16.h>
-
 #include "kernels/ll_device.cuh"
 #include "kernels/ll_kernels.h"
 
@@ -58,7 +56,7 @@ __device__ void send_phase(const CombineArgs& a) {
         __syncthreads();
         const uint32_t tag = proxy_tag(kTagCombine, c.buf, l, g.R);
         for (int s = threadIdx.x; s < count; s += blockDim.x) {
-          __threadfence_system();
+          port::fence_system();
           dev::push_write(c, tag, r, g.dispatch_slot_off(bd, l, r, s) + kHeaderBytes,
                           g.combine_slot_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s]), g.combine_slot_bytes(),
                           c.rank * L + l);
@@ -79,7 +77,7 @@ __device__ void send_phase(const CombineArgs& a) {
       uint8_t* base = c.peers[r];
       const uint64_t flag = g.combine_flag_off(c.buf, c.rank * L + l);
       if (base != nullptr) {
-        __threadfence_system();
+        port::fence_system();
         // Flag after data: release at system scope covers the rows the block wrote (observed
         // through __syncthreads); the home rank reads the flag with acquire.
         port::store_release_system(reinterpret_cast<int32_t*>(base + flag), 1);
@@ -100,12 +98,12 @@ __device__ void recv_phase(const CombineArgs& a) {
   __shared__ const uint8_t* s_src[kMaxTopk];
   __shared__ float s_w[kMaxTopk];
   __shared__ int s_n;
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
+  uint16_t* out = static_cast<uint16_t*>(a.out);  // BF16 bits
 
   for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
     if (threadIdx.x == 0) s_n = 0;
     __syncthreads();
-    if (threadIdx.x < K) {
+    if (static_cast<int>(threadIdx.x) < K) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       if (e >= 0 && e < E) {
@@ -131,19 +129,19 @@ __device__ void recv_phase(const CombineArgs& a) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int j = 0; j < n; ++j) {
         const uint4 raw = dev::ld_recv(reinterpret_cast<const uint4*>(s_src[j]) + v, c.host_mem);
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        const uint32_t* h = reinterpret_cast<const uint32_t*>(&raw);  // BF16 pairs
         const float w = s_w[j];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(h[i]);
+          const float2 f = port::bf16x2_to_float2(h[i]);
           acc[2 * i] += w * f.x;
           acc[2 * i + 1] += w * f.y;
         }
       }
       uint4 o;
-      __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+      uint32_t* ob = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ob[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+      for (int i = 0; i < 4; ++i) ob[i] = port::float2_to_bf16x2(acc[2 * i], acc[2 * i + 1]);
       dev::st16(out + static_cast<int64_t>(t) * H + v * 8, o);
     }
     __syncthreads();  // s_src/s_w reuse
@@ -162,7 +160,7 @@ __device__ void recv_phase(const CombineArgs& a) {
   }
 }
 
-__global__ void __launch_bounds__(kBlockThreads, 1) combine_kernel(const __grid_constant__ CombineArgs a) {
+__global__ void __launch_bounds__(kBlockThreads, 1) combine_kernel(const ANYEP_GRID_CONSTANT CombineArgs a) {
   if (a.c.phases & kPhaseSend) send_phase(a);
   if (a.c.phases & kPhaseRecv) recv_phase(a);
 }

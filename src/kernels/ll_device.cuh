@@ -25,7 +25,7 @@ __device__ inline void report(ErrorRecord* err, uint32_t code, int rank, int exp
 // Scoped loads/stores of signal words: port::load_acquire_system / store_release_system (system
 // scope: peers on other GPUs, the host), port::load_acquire_device / atomic_add_release_device
 // (completion counts among blocks of this GPU), port::load16_read_once for inputs read once.
-__device__ __forceinline__ void st16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
+__device__ __forceinline__ void st16(void* p, const uint4& v) { port::store16(p, v); }
 
 // Spin until *p (acquire, system scope) is non-zero; returns the value, or 0 on timeout. W is the
 // signal word: int32 in an LL buffer (direct peers), uint64 in the proxy's host counters. A
@@ -68,7 +68,7 @@ __device__ inline bool rank_masked_block(const Common& c, int r) {
 // and a cached copy of an earlier round's line may sit in L2, so fetch it again (cv).
 template <typename V>
 __device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
-  return host_mem ? __ldcv(p) : __ldcg(p);
+  return host_mem ? port::load_uncached(p) : port::load_l2(p);
 }
 
 // A count/flag signal at byte offset `off` of the signal area, sent by rank `peer`: a direct peer
@@ -142,11 +142,11 @@ __device__ inline bool last_block(int32_t* counter) {
   __shared__ int s_last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
+    port::fence_device();
     const int prev = atomicAdd(counter, 1);
     s_last = (prev == static_cast<int>(gridDim.x) - 1);
     if (s_last) atomicExch(counter, 0);
-    __threadfence();
+    port::fence_device();
   }
   __syncthreads();
   return s_last != 0;

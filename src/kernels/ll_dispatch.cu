@@ -18,9 +18,6 @@
 // WRITEs it covers, so the receiving proxy applies it only after they all landed.
 // Shrink mode (c.mask set): a masked owner gets neither tokens nor a count, a masked source
 // counts as 0 tokens, and a source whose count times out is masked instead of failing the call.
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
-
 #include "kernels/ll_device.cuh"
 #include "kernels/ll_kernels.h"
 
@@ -35,20 +32,18 @@ __device__ __forceinline__ uint4 cast16_fp8(const float* f, float inv) {
   uint32_t w[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const __nv_fp8x2_storage_t lo =
-        __nv_cvt_float2_to_fp8x2(make_float2(f[4 * q] * inv, f[4 * q + 1] * inv), __NV_SATFINITE, __NV_E4M3);
-    const __nv_fp8x2_storage_t hi =
-        __nv_cvt_float2_to_fp8x2(make_float2(f[4 * q + 2] * inv, f[4 * q + 3] * inv), __NV_SATFINITE, __NV_E4M3);
+    const uint16_t lo = port::float2_to_fp8x2_e4m3(f[4 * q] * inv, f[4 * q + 1] * inv);
+    const uint16_t hi = port::float2_to_fp8x2_e4m3(f[4 * q + 2] * inv, f[4 * q + 3] * inv);
     w[q] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  const uint32_t* h = reinterpret_cast<const uint32_t*>(&v);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 p = __bfloat1622float2(h[i]);
+    const float2 p = port::bf16x2_to_float2(h[i]);
     f[2 * i] = p.x;
     f[2 * i + 1] = p.y;
   }
@@ -66,7 +61,7 @@ __device__ void send_phase(const DispatchArgs& a) {
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
 
   for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
-    if (threadIdx.x < K) {
+    if (static_cast<int>(threadIdx.x) < K) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       uint8_t* dst = nullptr;
@@ -118,7 +113,7 @@ __device__ void send_phase(const DispatchArgs& a) {
         }
         amax = port::warp_reduce_max<kScaleGroup / 16>(amax);
         float scale = fmaxf(amax, 1e-4f) / kFp8Max;
-        if (a.round_scale) scale = exp2f(ceilf(log2f(scale)));
+        if (a.round_scale) scale = port::round_scale_ue8m0(scale);
         if (active) {
           const uint4 q = cast16_fp8(f, 1.0f / scale);
           for (int k = 0; k < K; ++k)
@@ -134,14 +129,14 @@ __device__ void send_phase(const DispatchArgs& a) {
       }
     }
     __syncthreads();
-    if (threadIdx.x < K) {
+    if (static_cast<int>(threadIdx.x) < K) {
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + threadIdx.x]);
       // Counted even when the write was refused (error already reported) so no warp waits forever.
       if (e >= 0 && e < E) {
         // System-scope fence: the block's payload stores went to a peer GPU over NVLink (or into
         // the staging slot a proxy reads); order them (observed through __syncthreads) before the
         // count, or the WRITE command, at the scope the reader reads at.
-        __threadfence_system();
+        port::fence_system();
         const int slot = s_proxy_slot[threadIdx.x];
         if (slot >= 0) {
           const int l = e % L;
@@ -264,9 +259,8 @@ __device__ void recv_phase(const DispatchArgs& a) {
         const float4 f =
             dev::ld_recv(reinterpret_cast<const float4*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
         // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first.
-        const uint32_t packed = ((__float_as_uint(f.x) >> 23) & 0xffu) | (((__float_as_uint(f.y) >> 23) & 0xffu) << 8) |
-                                (((__float_as_uint(f.z) >> 23) & 0xffu) << 16) |
-                                (((__float_as_uint(f.w) >> 23) & 0xffu) << 24);
+        const uint32_t packed = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) |
+                                (port::ue8m0_exponent(f.z) << 16) | (port::ue8m0_exponent(f.w) << 24);
         sc[(static_cast<int64_t>(l) * G4 + gi) * RT + begin + s] = static_cast<int32_t>(packed);
       }
     }
@@ -282,7 +276,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
   }
 }
 
-__global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const __grid_constant__ DispatchArgs a) {
+__global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const ANYEP_GRID_CONSTANT DispatchArgs a) {
   if (a.c.phases & kPhaseSend) send_phase(a);
   if (a.c.phases & kPhaseRecv) recv_phase(a);
 }

@@ -6,11 +6,8 @@
 #include <cstdint>
 
 #include "channel/ring.h"
+#include "common/gpu_runtime.h"
 #include "kernels/ll_layout.h"
-
-#if defined(__CUDACC__) || __has_include(<cuda_runtime_api.h>)
-#include <cuda_runtime_api.h>
-#endif
 
 namespace anyep::ll {
 
@@ -113,7 +110,7 @@ struct CombineArgs {
   int64_t* wait_recv_cost_stats = nullptr;  // [R] optional (ns)
 };
 
-#if defined(__CUDACC__) || __has_include(<cuda_runtime_api.h>)
+#if ANYEP_HAVE_GPU_RUNTIME
 // Launch; returns the launch error (no host sync, no allocation: capturable).
 cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream);
 cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream);

@@ -8,8 +8,7 @@
 // kPhaseSend and later launches kPhaseRecv through the returned LLCall.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
+#include "common/gpu_runtime.h"
 #include "kernels/ll_kernels.h"
 #include "runtime/ll_buffer.h"
 #include "runtime/ll_validate.h"

@@ -7,12 +7,11 @@
 // bootstrap) -> connect(all infos) -> dispatch/combine ... -> destroy() (or destructor).
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/gpu_runtime.h"
 #include "kernels/ll_kernels.h"
 #include "runtime/ll_proxy_link.h"
 #include "runtime/ll_validate.h"

@@ -1,7 +1,5 @@
 #include "runtime/ll_proxy_link.h"
 
-#include <cuda_runtime_api.h>
-
 #include <cstring>
 
 #include "common/cuda_check.h"

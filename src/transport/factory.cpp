@@ -44,7 +44,7 @@ std::string not_built(const std::string& name) {
 #if ANYEP_HAVE_CUDA_IPC
     return "";
 #else
-    return "transport 'cuda-ipc' is not built into this binary (it was built with ANYEP_CUDA=OFF)";
+    return "transport 'cuda-ipc' is not built into this binary (it was built without a GPU toolchain: ANYEP_GPU=none)";
 #endif
   }
   return "";

@@ -4,10 +4,11 @@
 // device in a bad state) fails the test: it is not a machine without GPUs.
 #pragma once
 
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "common/gpu_runtime.h"
 
 namespace anyep::gputest {
 
@@ -32,9 +33,9 @@ inline bool means_no_device(cudaError_t e) {
 
 inline std::string gpu_count_text(const GpuCount& g) {
   if (g.err != cudaSuccess)
-    return std::string("no CUDA device: cudaGetDeviceCount returned ") + cudaGetErrorName(g.err) + " (" +
-           cudaGetErrorString(g.err) + ")";
-  return std::to_string(g.n) + " CUDA device(s)";
+    return std::string("no " ANYEP_GPU_RUNTIME_NAME " device: cudaGetDeviceCount returned ") + cudaGetErrorName(g.err) +
+           " (" + cudaGetErrorString(g.err) + ")";
+  return std::to_string(g.n) + " " ANYEP_GPU_RUNTIME_NAME " device(s)";
 }
 
 }  // namespace anyep::gputest
@@ -49,6 +50,7 @@ inline std::string gpu_count_text(const GpuCount& g) {
              << "): not a machine without GPUs, so not a skip";                                                     \
     }                                                                                                               \
     if (g_.n < (k)) {                                                                                               \
-      GTEST_SKIP() << "needs " << (k) << " CUDA GPU(s), found " << ::anyep::gputest::gpu_count_text(g_);            \
+      GTEST_SKIP() << "needs " << (k) << " " ANYEP_GPU_RUNTIME_NAME " GPU(s), found "                               \
+                   << ::anyep::gputest::gpu_count_text(g_);                                                         \
     }                                                                                                               \
   } while (0)

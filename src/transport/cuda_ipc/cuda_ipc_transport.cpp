@@ -1,7 +1,5 @@
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 
-#include <cuda.h>  // driver types only (CUdeviceptr, CUresult); entry points come through cudart
-#include <cuda_runtime_api.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/gpu_runtime.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
 #include "transport/cuda_ipc/imm_inbox.h"
 #include "transport/region_table.h"
@@ -58,21 +57,6 @@ std::string unique_inbox_name(uint32_t rank) {
   std::snprintf(buf, sizeof buf, "/anyep-cipc-%d-r%u-%u-%08x", static_cast<int>(getpid()), rank, seq.fetch_add(1),
                 static_cast<unsigned>(rd()));
   return buf;
-}
-
-// cuMemGetAddressRange through the runtime's driver entry point, so nothing links libcuda (the
-// library must load on machines without a GPU driver).
-using GetAddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-GetAddressRangeFn get_address_range_fn() {
-  static GetAddressRangeFn fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      p = nullptr;
-    return reinterpret_cast<GetAddressRangeFn>(p);
-  }();
-  return fn;
 }
 
 // A posted operation waiting for its copy (if any) and then for room in the peer's inbox.
@@ -175,18 +159,16 @@ class CudaIpcTransport final : public Transport {
       cudaGetLastError();
       throw InvalidArgument(where() + ": register_memory: " + cuda_msg("cudaPointerGetAttributes", e));
     }
-    if (attr.type != cudaMemoryTypeDevice)
+    if (gpu::memory_type(attr) != cudaMemoryTypeDevice)
       throw InvalidArgument(where() + ": register_memory: pointer is not cudaMalloc'd device memory (memory type " +
-                            std::to_string(static_cast<int>(attr.type)) + "); MemKind::kCuda needs device memory");
+                            std::to_string(gpu::memory_type(attr)) + "); MemKind::kCuda needs device memory");
     if (attr.device != opt_.device)
       throw InvalidArgument(where() + ": register_memory: memory lives on device " + std::to_string(attr.device) +
                             ", this endpoint drives device " + std::to_string(opt_.device));
-    GetAddressRangeFn range = get_address_range_fn();
-    if (!range) throw CudaError(where() + ": cuMemGetAddressRange is not available from the driver");
-    CUdeviceptr alloc_base = 0;
+    uint64_t alloc_base = 0;
     size_t alloc_size = 0;
-    if (CUresult r = range(&alloc_base, &alloc_size, reinterpret_cast<CUdeviceptr>(base)); r != CUDA_SUCCESS)
-      throw CudaError(where() + ": cuMemGetAddressRange failed with CUresult " + std::to_string(static_cast<int>(r)));
+    if (const std::string err = gpu::allocation_range(base, &alloc_base, &alloc_size); !err.empty())
+      throw CudaError(where() + ": " + err);
     uint64_t offset = reinterpret_cast<uint64_t>(base) - alloc_base;
     if (offset + length > alloc_size)
       throw InvalidArgument(where() + ": register_memory: [base, base+" + std::to_string(length) +

@@ -3,9 +3,8 @@
 
 #include <cstdint>
 
-#include <cuda_runtime.h>
-
 #include "channel/ring.h"
+#include "common/gpu_runtime.h"
 
 namespace anyep::gputest {
 

@@ -3,7 +3,6 @@
 // buffer (both halves, counters back at zero, a change of shape between calls), filling the kernel
 // arguments by hand or through the runtime API (runtime/ll_api.h: descriptors and a stream).
 // Skips without a GPU.
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 
 #include "../gpu_count.h"
 #include "common/error.h"
+#include "common/gpu_runtime.h"
 #include "runtime/ll_api.h"
 #include "runtime/ll_buffer.h"
 

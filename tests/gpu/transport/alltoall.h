@@ -6,14 +6,13 @@
 // and at the end every byte of its receive buffer (so a stray write fails too).
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "common/gpu_runtime.h"
 #include "transport/transport.h"
 
 namespace anyep::test {

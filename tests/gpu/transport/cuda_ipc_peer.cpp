@@ -3,14 +3,13 @@
 // writes its result (empty = success) back to the board.
 //
 //   cuda_ipc_peer <board> <rank> <device> <seed> <writes_per_peer> <max_len> <imm_slots> <max_outstanding>
-#include <cuda_runtime.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
 
 #include "alltoall.h"
+#include "common/gpu_runtime.h"
 #include "testkit/shm_board.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"

@@ -1,7 +1,6 @@
 // anyep/tests/gpu/transport/test_cuda_ipc.cpp — the cuda-ipc backend with GPU memory: all-to-all
 // with immediates in one process (two endpoints, raw pointers) and across processes (CUDA IPC,
 // one or two GPUs), bad input, backpressure and a full immediate inbox. Skips without GPUs.
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include "../gpu_count.h"
 #include "alltoall.h"
 #include "common/error.h"
+#include "common/gpu_runtime.h"
 #include "testkit/shm_board.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"

@@ -185,7 +185,7 @@ TEST(ChannelConfig, BadValuesRejectedWithClearMessages) {
   Channel ch({.num_rings = 2});
   EXPECT_THROW(ch.producer(2), InvalidArgument);
   EXPECT_THROW(ch.consumer(2), InvalidArgument);
-#if !ANYEP_WITH_CUDA
+#if !ANYEP_WITH_GPU
   EXPECT_THROW(Channel({.producer = ProducerKind::kGpu}), Unsupported);
 #endif
 }
