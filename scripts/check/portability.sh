@@ -36,7 +36,7 @@ scan() {
 }
 
 # Lines that mention threads, lanes or warps: a 32/64 there is a warp size.
-warp_context='threadIdx|blockDim|lane|warp|wave|(^|[^A-Za-z_])tid'
+warp_context='threadIdx|blockDim|[Ll]ane|[Ww]arp|[Ww]ave|(^|[^A-Za-z_])tid'
 
 # The rules: name, pattern (ERE), the line must also match (ERE, optional).
 names=() patterns=() alsos=()

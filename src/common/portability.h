@@ -216,7 +216,7 @@ ANYEP_HD ANYEP_INLINE void atomic_add_release_device(int32_t* p, int32_t v) {
 // unit), not of the PTX model. tests/gpu/channel cross-checks every field of every command, so a
 // torn slot on a machine where this does not hold fails the test instead of passing silently.
 // The release covers this thread's earlier writes and what it observed (cumulativity): a warp
-// whose lanes wrote a payload must __syncwarp() before one lane publishes.
+// whose lanes wrote a payload must warp_sync() before one lane publishes.
 // The host version (CPU producers) stores `hi` first and `lo` last with release order, so a
 // consumer that sees the new `lo` also sees the new `hi`.
 ANYEP_HD ANYEP_INLINE void store16_release_system(uint64_t* p, uint64_t lo, uint64_t hi) {
@@ -401,6 +401,47 @@ ANYEP_HD ANYEP_INLINE T warp_shuffle_xor(T v, int lane_mask) {
 #else
   (void)lane_mask;
   return v;
+#endif
+}
+
+// `v` of lane `src`; every lane of the warp must call this.
+template <typename T>
+ANYEP_HD ANYEP_INLINE T warp_shuffle(T v, int src) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __shfl_sync(static_cast<unsigned>(full_lane_mask()), v, src);
+#elif defined(ANYEP_DEVICE_PASS)
+  return __shfl(v, src);
+#else
+  (void)src;
+  return v;
+#endif
+}
+
+// Lanes whose `pred` holds (bit i: lane i); every lane of the warp must call this.
+ANYEP_HD ANYEP_INLINE uint64_t warp_ballot(bool pred) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __ballot_sync(static_cast<unsigned>(full_lane_mask()), pred);
+#elif defined(ANYEP_DEVICE_PASS)
+  return __ballot(pred);
+#else
+  return pred ? 1 : 0;
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE bool warp_any(bool pred) { return warp_ballot(pred) != 0; }
+ANYEP_HD ANYEP_INLINE bool warp_all(bool pred) { return warp_ballot(pred) == full_lane_mask(); }
+
+// What a lane of this warp wrote before the call, the other lanes see after it (memory and
+// execution barrier among the warp's lanes; every lane of the warp must call this).
+ANYEP_HD ANYEP_INLINE void warp_sync() {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  __syncwarp();
+#elif defined(ANYEP_DEVICE_PASS)
+  // AMD: a wavefront runs its lanes together; the fences order its memory accesses around the
+  // point the compiler may not move code across.
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 #endif
 }
 
