@@ -251,6 +251,15 @@ ANYEP_HD ANYEP_INLINE void fence_system() {
 #endif
 }
 
+// Fence at block scope: orders this thread's writes for the other threads of its block.
+ANYEP_HD ANYEP_INLINE void fence_block() {
+#if defined(ANYEP_DEVICE_PASS)
+  __threadfence_block();
+#else
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 // Full fence at device scope: orders this thread's writes for the other blocks of this GPU.
 ANYEP_HD ANYEP_INLINE void fence_device() {
 #if defined(ANYEP_DEVICE_PASS)
