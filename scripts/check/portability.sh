@@ -111,7 +111,7 @@ EOF
 self_test
 
 mapfile -t files < <(git ls-files '*.cu' '*.cuh' 'src/kernels/*.h' 'src/channel/*.h' 'bench/*kernels*.h' \
-                       'tests/gpu/*kernels*.h' | grep -v '^src/common/portability\.h$')
+                       'tests/gpu/*kernels*.h' | sort -u | grep -v '^src/common/portability\.h$')
 fail=0
 scan_rules
 
