@@ -291,16 +291,24 @@ ANYEP_DEVICE ANYEP_INLINE void store16(void* p, const uint4& v) { *reinterpret_c
 
 #if defined(__HIPCC__)
 namespace detail {
-// AMD: `*p` as relaxed atomic 32-bit loads at HIP memory scope `Scope`: coherent at that scope,
-// past the non-coherent per-CU cache.
+// AMD: `*p` as relaxed atomic loads at HIP memory scope `Scope` (32-bit words, or one 8/16-bit
+// load for a smaller V): coherent at that scope, past the non-coherent per-CU cache.
 template <int Scope, typename V>
 ANYEP_DEVICE ANYEP_INLINE V load_words_relaxed(const V* p) {
-  static_assert(sizeof(V) % 4 == 0, "whole 32-bit words");
   V v;
-  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
-  const uint32_t* s = reinterpret_cast<const uint32_t*>(p);
+  if constexpr (sizeof(V) % 4 == 0) {
+    uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(p);
 #pragma unroll
-  for (unsigned i = 0; i < sizeof(V) / 4; ++i) w[i] = __hip_atomic_load(s + i, __ATOMIC_RELAXED, Scope);
+    for (unsigned i = 0; i < sizeof(V) / 4; ++i) w[i] = __hip_atomic_load(s + i, __ATOMIC_RELAXED, Scope);
+  } else if constexpr (sizeof(V) == 2) {
+    const uint16_t h = __hip_atomic_load(reinterpret_cast<const uint16_t*>(p), __ATOMIC_RELAXED, Scope);
+    memcpy(&v, &h, 2);
+  } else {
+    static_assert(sizeof(V) == 1, "a 1-, 2- or 4k-byte type");
+    const uint8_t b = __hip_atomic_load(reinterpret_cast<const uint8_t*>(p), __ATOMIC_RELAXED, Scope);
+    memcpy(&v, &b, 1);
+  }
   return v;
 }
 }  // namespace detail
@@ -309,8 +317,8 @@ ANYEP_DEVICE ANYEP_INLINE V load_words_relaxed(const V* p) {
 // Loads of data another GPU (or a NIC, through a proxy) wrote while this kernel runs, after the
 // acquire that ordered them. load_l2: from L2, past a possibly stale L1 (peer-GPU memory; AMD:
 // agent scope); load_uncached: from memory, past every cache (host memory written by a NIC; AMD:
-// system scope, host memory being fine-grained). V: a 4-, 8- or 16-byte type (int, float, uint4,
-// int4, float4), `p` aligned to its size. (nvcc's host pass parses device functions too: `*p`
+// system scope, host memory being fine-grained). V: a 1-, 2-, 4-, 8- or 16-byte type (uint16_t,
+// int, float, uint4, int4, float4), `p` aligned to its size. (nvcc's host pass parses device functions too: `*p`
 // there is never run.)
 template <typename V>
 ANYEP_DEVICE ANYEP_INLINE V load_l2(const V* p) {
