@@ -392,6 +392,56 @@ ANYEP_HD ANYEP_INLINE void spin_pause() {
 #endif
 }
 
+// ---- warp votes and barriers, system-scope max (high-throughput kernels) -------------------------
+
+// Bit i set when lane i of `mask` passes a true `pred` (all lanes of `mask` must call this).
+ANYEP_HD ANYEP_INLINE uint64_t warp_ballot(uint64_t mask, bool pred) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __ballot_sync(static_cast<unsigned>(mask), pred);
+#elif defined(ANYEP_DEVICE_PASS)
+  (void)mask;
+  return __ballot(pred);
+#else
+  (void)mask;
+  return pred ? 1u : 0u;
+#endif
+}
+
+// Lanes of `mask` meet here; their earlier memory accesses are ordered before their later ones
+// as seen by each other (a lane that publishes after this covers what the others wrote).
+ANYEP_HD ANYEP_INLINE void warp_sync(uint64_t mask) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  __syncwarp(static_cast<unsigned>(mask));
+#elif defined(ANYEP_DEVICE_PASS)
+  (void)mask;
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+  (void)mask;
+#endif
+}
+
+// Bits of the lanes below this one (for prefix counts over a ballot).
+ANYEP_HD ANYEP_INLINE uint64_t lanes_below() {
+  const int l = warp_lane();
+  return l == 0 ? 0 : (~uint64_t{0} >> (64 - l));
+}
+
+// Monotonic max at system scope with release (a consumer's running total in a peer's memory:
+// stores from several warps may race, the largest wins, and the slots read before it are free).
+ANYEP_HD ANYEP_INLINE void atomic_max_release_system(uint64_t* p, uint64_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("red.release.sys.global.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_fetch_max(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
+#endif
+}
+
 }  // namespace anyep::port
 
 // Unrecoverable misuse detected inside a kernel (e.g. a value that does not fit its wire field):

@@ -1,28 +1,18 @@
 #include "runtime/ll_buffer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "runtime/ipc_peers.h"
 
 namespace anyep::runtime {
 namespace {
 
 void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL", what); }
 
-// Connection record exchanged at construction (fixed size, plain bytes).
-struct PeerInfo {
-  uint32_t magic;
-  int32_t rank;
-  char host[64];
-  char pci[32];
-  cudaIpcMemHandle_t handle;
-  int64_t num_bytes;
-};
 constexpr uint32_t kPeerInfoMagic = 0x414c4c31;  // "ALL1"
 
 }  // namespace
@@ -128,58 +118,23 @@ void LowLatencyBuffer::destroy() {
 
 std::vector<uint8_t> LowLatencyBuffer::local_info() const {
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  PeerInfo info{};
-  info.magic = kPeerInfoMagic;
-  info.rank = rank_;
-  gethostname(info.host, sizeof(info.host) - 1);
-  cuda_check(cudaDeviceGetPCIBusId(info.pci, sizeof(info.pci), device_), "cudaDeviceGetPCIBusId");
-  if (!host_staged())
-    cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");  // host-staged: proxy only
-  info.num_bytes = num_bytes_;
-  std::vector<uint8_t> out(sizeof(info));
-  std::memcpy(out.data(), &info, sizeof(info));
-  return out;
+  // Host-staged: reached through the proxy only, no IPC handle.
+  return make_ipc_record(kPeerInfoMagic, rank_, device_, host_staged() ? nullptr : local_, num_bytes_);
 }
 
 void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos, transport::Bootstrap* boot) {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
-  if (static_cast<int>(infos.size()) != num_ranks_)
-    throw InvalidArgument("anyep LL connect: got " + std::to_string(infos.size()) + " records for " +
-                          std::to_string(num_ranks_) + " ranks");
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  char my_host[64] = {};
-  gethostname(my_host, sizeof(my_host) - 1);
+  const std::vector<IpcRecord> recs =
+      parse_ipc_records(infos, kPeerInfoMagic, num_ranks_, num_bytes_, "anyep LL connect");
   for (int r = 0; r < num_ranks_; ++r) {
-    PeerInfo info{};
-    if (infos[r].size() != sizeof(info))
-      throw InvalidArgument("anyep LL connect: record of rank " + std::to_string(r) + " has the wrong size");
-    std::memcpy(&info, infos[r].data(), sizeof(info));
-    if (info.magic != kPeerInfoMagic || info.rank != r)
-      throw InvalidArgument("anyep LL connect: record " + std::to_string(r) +
-                            " is not an anyep LL record for that rank");
-    if (info.num_bytes != num_bytes_)
-      throw InvalidArgument("anyep LL connect: rank " + std::to_string(r) + " allocated " +
-                            std::to_string(info.num_bytes) + " bytes, this rank " + std::to_string(num_bytes_) +
-                            " (buffers must be symmetric)");
     if (r == rank_) {
       host_peers_[r] = local_;
       continue;
     }
     if (path_ != LLPath::kAuto) continue;  // each process its own node: every peer through the proxy
-    if (std::strncmp(info.host, my_host, sizeof(my_host)) != 0) continue;  // other node: proxy path
-    int peer_dev = -1;
-    if (cudaDeviceGetByPCIBusId(&peer_dev, info.pci) != cudaSuccess) {
-      cudaGetLastError();
-      continue;
-    }
-    int can = (peer_dev == device_);
-    if (!can) cuda_check(cudaDeviceCanAccessPeer(&can, device_, peer_dev), "cudaDeviceCanAccessPeer");
-    if (!can) continue;
-    void* p = nullptr;
-    cuda_check(cudaIpcOpenMemHandle(&p, info.handle, cudaIpcMemLazyEnablePeerAccess),
-               ("cudaIpcOpenMemHandle for rank " + std::to_string(r)).c_str());
-    host_peers_[r] = static_cast<uint8_t*>(p);
-    opened_[r] = true;
+    host_peers_[r] = open_ipc_peer(recs[r], device_, "anyep LL connect");  // null: proxy path
+    opened_[r] = host_peers_[r] != nullptr;
   }
   cuda_check(cudaMemcpy(dev_peers_, host_peers_.data(), sizeof(uint8_t*) * num_ranks_, cudaMemcpyHostToDevice),
              "upload peer table");
