@@ -115,9 +115,9 @@ class Buffer:
 
         Raises:
             ValueError: neither `group` nor `comm`, `low_latency_mode` with `num_rdma_bytes <= 0`, or
-                `num_nvl_bytes < 0`.
-            RuntimeError: `num_nvl_bytes > 0` and a peer is not reachable by direct stores (the
-                high-throughput mode is intranode only).
+                `num_nvl_bytes` negative or smaller than the high-throughput control area.
+            NotImplementedError: `num_nvl_bytes > 0` with more than 16 ranks, or a peer not
+                reachable by direct stores (the internode high-throughput path is part 2).
             ImportError: the compiled extension anyep._C is missing.
         """
         check_nvlink_connections(group)
