@@ -137,13 +137,14 @@ def run(rank, world, ngpus, port, args):
         topk_w = torch.ones(T, K, dtype=torch.float32, device="cuda")
         per_rank, _, per_expert, in_rank, _ = buf.get_dispatch_layout(topk_idx, E)
         t_layout = time_calls(lambda: buf.get_dispatch_layout(topk_idx, E), args.warmup, args.iters)
-        recv_x, _, _, _, handle, _ = buf.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
-                                                  num_tokens_per_expert=per_expert, topk_idx=topk_idx,
-                                                  topk_weights=topk_w, config=Config(args.sms, dchunk, args.ring))
-        bf16_bytes = recv_x.numel() * 2
         rows = {}
         for sms in sms_list:
             cfg_d, cfg_c = Config(sms, dchunk, args.ring), Config(sms, cchunk, args.ring)
+            # A handle per SM count: its channel tables are [R, channels of num_sms].
+            recv_x, _, _, _, handle, _ = buf.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                                                      num_tokens_per_expert=per_expert, topk_idx=topk_idx,
+                                                      topk_weights=topk_w, config=cfg_d)
+            bf16_bytes = recv_x.numel() * 2
             dist.barrier()
             t_bf16 = time_calls(lambda: buf.dispatch(x, handle=handle, config=cfg_d), args.warmup, args.iters)
             t_fp8 = time_calls(lambda: buf.dispatch(x_fp8, handle=handle, config=cfg_d), args.warmup, args.iters)

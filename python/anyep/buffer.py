@@ -516,7 +516,8 @@ class Buffer:
                 any strides, e.g. column-major as DeepEP's tests make them; or packed `torch.int`).
             handle: the handle of an earlier `dispatch` with the same routing: a cached dispatch that
                 skips the layout exchange (then `topk_idx`, `topk_weights` and the layout tensors are
-                not given, and only `recv_x` is returned).
+                not given, and only `recv_x` is returned). Use the `config.num_sms` of that dispatch
+                (the handle's channel tables are sized by it, as in deep_ep).
             num_tokens_per_rank: `[num_ranks]` `torch.int` from `get_dispatch_layout`.
             num_tokens_per_rdma_rank: accepted for compatibility; ignored (intranode only).
             is_token_in_rank: `[num_tokens, num_ranks]` `torch.bool` from `get_dispatch_layout`.
@@ -619,7 +620,8 @@ class Buffer:
         Arguments:
             x: `[num_recv_tokens, hidden]` `torch.bfloat16`, one row per row of the dispatch's
                 `recv_x` (the dispatch's `num_worst_tokens` rows when it used them).
-            handle: the handle returned by the (non-cached) `dispatch`.
+            handle: the handle returned by the (non-cached) `dispatch`; `config.num_sms` must be the
+                dispatch's (the handle's channel tables are sized by it, as in deep_ep).
             topk_weights: optional `[num_recv_tokens, num_topk]` `torch.float`, summed like `x`.
             bias: None, one `[num_tokens, hidden]` `torch.bfloat16` tensor, or a tuple of two, added to
                 the result.

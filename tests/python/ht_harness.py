@@ -347,8 +347,8 @@ def run_case(c, case, seed):
     check_dispatch(out_b, ref, case, world, f"dispatch {CONFIG_B}", (per_rank, in_rank))
     handle = out_a[4]
 
-    # Cached dispatch (the handle's layout, no top-k).
-    cached = c.buf.dispatch(mine["send"], handle=handle, config=c.cfg_b)
+    # Cached dispatch (the handle's layout, no top-k; the handle's SM count).
+    cached = c.buf.dispatch(mine["send"], handle=handle, config=c.cfg_a)
     assert cached[1:5] == (None, None, None, None), "a cached dispatch returns None for top-k, list and handle"
     same_sent(cached[0], ref["x"], "cached dispatch")
 
@@ -357,8 +357,9 @@ def run_case(c, case, seed):
     ref_x, ref_w = combine_reference(mine, L, world, biases)
     y = expert_out(as_bf16(out_a[0]), me)
     w_in = out_a[2] * rank_scale(me) if case.topk else None
-    for cfg, name in ((c.cfg_a, CONFIG_A), (c.cfg_b, CONFIG_B)):
-        combined, combined_w, _ = c.buf.combine(y, handle, topk_weights=w_in, bias=bias_arg, config=cfg)
+    # Each dispatch's handle with its own config (the channel tables are [R, channels of num_sms]).
+    for cfg, name, h in ((c.cfg_a, CONFIG_A, handle), (c.cfg_b, CONFIG_B, out_b[4])):
+        combined, combined_w, _ = c.buf.combine(y, h, topk_weights=w_in, bias=bias_arg, config=cfg)
         check_combine(combined, combined_w, ref_x, ref_w, case.topk, f"combine {name}, {case.bias} bias")
 
     if not case.topk:
