@@ -581,11 +581,11 @@ def c_timeout(me, world, anyep):
 class Progress:
     """Per-rank progress lines, flushed at once (a killed run still shows how far it got)."""
 
-    def __init__(self, rank, world):
+    def __init__(self, rank, world, prefix="ll"):
         # The world's name (test_ll.py sets it): worlds with the same process count keep their own logs.
         self.name = os.environ.get("ANYEP_TEST_WORLD") or f"w{world}"
         d = os.environ.get("ANYEP_TEST_LOG_DIR", "")
-        self.f = open(os.path.join(d, f"ll_{self.name}_r{rank}.log"), "w") if d else None
+        self.f = open(os.path.join(d, f"{prefix}_{self.name}_r{rank}.log"), "w") if d else None
         self.rank = rank
 
     def __call__(self, msg):

@@ -99,15 +99,23 @@ _cache = {}
 
 
 def run_world(name):
-    if name in _cache:
-        return _cache[name]
+    if name not in _cache:
+        world, ngpus, env = WORLDS[name]
+        # ANYEP_TEST_WORLD names the ranks' log lines and files.
+        _cache[name] = run_processes(ll_harness.worker, world, ngpus, {**env, "ANYEP_TEST_WORLD": name})
+    return _cache[name]
+
+
+def run_processes(worker, world, ngpus, env):
+    """Spawn `world` processes running worker(rank, world, ngpus, port, queue, env) and collect
+    their (rank, results) reports: {rank: {check: "ok" | failure text}}; a rank that dies or does
+    not report within ANYEP_TEST_WORLD_TIMEOUT_S gets a "setup" entry saying so (test_ht.py uses
+    it too)."""
     import torch.multiprocessing as mp
-    world, ngpus, env = WORLDS[name]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    env = {**env, "ANYEP_TEST_WORLD": name}  # names the ranks' log lines and files
-    procs = [ctx.Process(target=ll_harness.worker, args=(r, world, ngpus, port, queue, env)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, ngpus, port, queue, env)) for r in range(world)]
     for p in procs:
         p.start()
     results = {}
@@ -133,7 +141,6 @@ def run_world(name):
             if p.is_alive():
                 p.kill()
                 p.join(timeout=10)
-    _cache[name] = results
     return results
 
 
