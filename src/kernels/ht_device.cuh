@@ -107,20 +107,22 @@ __device__ __forceinline__ bool warp_wait_tag(const uint32_t* p, uint32_t want, 
   return ok != 0;
 }
 
-// Copy `bytes` (a multiple of 16) from `src` to `dst` with the lanes of a warp, four 16-byte
-// loads in flight per lane. `src` is ring memory a peer wrote (L2 loads) or an input (read once).
+// Copy `bytes` (a multiple of 16) from `src` to `dst` with the lanes of a warp, eight 16-byte
+// loads in flight per lane (a warp moves what it has in flight per memory latency). `src` is ring memory a peer wrote
+// (L2 loads) or an input (read once).
 template <bool kFromRing>
 __device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int64_t bytes, int lane) {
   constexpr int kStride = port::kWarpSize * 16;
   int64_t off = int64_t(lane) * 16;
-  for (; off + 3 * kStride < bytes; off += 4 * kStride) {
-    uint4 v[4];
+  constexpr int kDepth = 8;
+  for (; off + (kDepth - 1) * kStride < bytes; off += kDepth * kStride) {
+    uint4 v[kDepth];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < kDepth; ++j)
       v[j] = kFromRing ? __ldcg(reinterpret_cast<const uint4*>(src + off + j * kStride))
                        : port::load16_read_once(src + off + j * kStride);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) *reinterpret_cast<uint4*>(dst + off + j * kStride) = v[j];
+    for (int j = 0; j < kDepth; ++j) *reinterpret_cast<uint4*>(dst + off + j * kStride) = v[j];
   }
   for (; off < bytes; off += kStride)
     *reinterpret_cast<uint4*>(dst + off) =
