@@ -695,9 +695,12 @@ class Buffer:
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
         """
         Reset the low-latency buffer's signals, counters and error record (a collective call:
-        every rank finishes its GPU work, then barrier, clean, barrier over the group). Use it after
-        an error, and after unmasking a rank, before the next call. The rank mask is kept. A rank
-        that stopped calling (a dead rank) blocks the barriers: anyep's clean is not elastic yet.
+        every rank finishes its GPU work, then barrier, clean, barrier). Use it after an error, and
+        after unmasking a rank, before the next call. The rank mask is kept. With
+        `enable_shrink=True` the barriers run over the low-latency buffer itself, skip masked
+        ranks and mask a rank that does not arrive within ANYEP_TIMEOUT_S (as DeepEP's clean
+        kernel does), so a dead rank costs one timeout instead of a hang; without it they run over
+        the group (torch.distributed or the mpi4py comm) and wait for every rank.
 
         Arguments:
             num_max_dispatch_tokens_per_rank: the largest token count per rank the buffer is used with.
@@ -711,6 +714,9 @@ class Buffer:
         self.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, self.group_size, num_experts)
         # No rank may clean while a peer's kernel can still write into its buffer.
         torch.cuda.synchronize(self.device)
+        if self.enable_shrink:
+            ll.clean_elastic()
+            return
         self._barrier()
         ll.clean()
         self._barrier()
@@ -798,8 +804,12 @@ class Buffer:
             topk_idx: `[num_tokens, num_topk]` `torch.int64`, the `topk_idx` given to the dispatch.
             topk_weights: `[num_tokens, num_topk]` `torch.float` weights of the reduction.
             handle: the handle returned by `low_latency_dispatch`.
-            use_logfmt: LogFMT compression; not supported (True raises NotImplementedError).
-            zero_copy: accepted; has no effect (combine reads `x` in place either way).
+            use_logfmt: whether to send the expert outputs as LogFMT-10 (DeepEP's format: per group
+                of 128 values with amax < 1, 9-bit log-spaced magnitudes between the group's min and
+                max plus a sign bit, 160 bytes instead of 256; other groups stay BF16); every rank
+                must pass the same value. The weighted sum is still taken in FP32.
+            zero_copy: accepted; has no effect (combine reads `x` in place either way); cannot be
+                combined with `use_logfmt` (as in deep_ep).
             async_finish: whether to run on the communication stream and return an event to wait for.
             return_recv_hook: if True, launch only the send half and return a hook that receives; the
                 output is valid once the hook was called (and the stream got past it).
@@ -814,13 +824,12 @@ class Buffer:
             hook: the receive hook (`return_recv_hook`), else None.
 
         Raises:
-            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`, or
-                `async_finish` with `return_recv_hook`.
-            NotImplementedError: `use_logfmt=True`.
+            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`,
+                `async_finish` with `return_recv_hook`, or `use_logfmt` with `zero_copy`.
         """
         ll = self._ll if self._ll is not None else self._low_latency()
-        if use_logfmt:
-            raise NotImplementedError("anyep: use_logfmt combine is not supported; use BF16 (use_logfmt=False)")
+        if use_logfmt and zero_copy:
+            raise ValueError("anyep: use_logfmt and zero_copy cannot be combined (as in deep_ep)")
         if not isinstance(handle, tuple) or len(handle) != 5:
             raise ValueError("anyep: handle must be the 5-tuple returned by low_latency_dispatch")
         src_info, layout_range, num_max_dispatch_tokens_per_rank, hidden, num_experts = handle
@@ -835,7 +844,8 @@ class Buffer:
             self._comm_stream.wait_stream(torch.cuda.current_stream())
             stream = self._comm_stream_ptr
         combined, hook = ll.combine(x, topk_idx, topk_weights, src_info, layout_range, num_max_dispatch_tokens_per_rank,
-                                    num_experts, out, combine_wait_recv_cost_stats, return_recv_hook, stream)
+                                    num_experts, out, combine_wait_recv_cost_stats, return_recv_hook, stream,
+                                    bool(use_logfmt))
         if async_finish:
             event = EventOverlap(EventHandle(self._comm_stream),
                                  (x, topk_idx, topk_weights, src_info, layout_range, combined,

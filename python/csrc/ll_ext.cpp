@@ -72,6 +72,11 @@ class LLBuffer {
   bool host_staged() const { return rt_->host_staged(); }
   bool peer_direct(int r) const { return rt_->peer_direct(r); }
   void clean() { rt_->clean(); }
+  // Shrink mode: barrier (skipping masked ranks, masking a rank that does not arrive), clean, barrier.
+  void clean_elastic() {
+    py::gil_scoped_release nogil;  // waits up to twice ANYEP_TIMEOUT_S for the barrier kernels
+    rt_->clean_elastic();
+  }
   void check_error() { rt_->check_error(); }
   void destroy() { rt_->destroy(); }
   int64_t num_bytes() const { return rt_->num_bytes(); }
@@ -141,7 +146,7 @@ class LLBuffer {
   py::tuple combine(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                     const at::Tensor& src_info, const at::Tensor& layout_range, int64_t T, int64_t E,
                     std::optional<at::Tensor> out, std::optional<at::Tensor> wait_stats, bool staged,
-                    uintptr_t launch_stream) {
+                    uintptr_t launch_stream, bool use_logfmt) {
     ll_trace("combine", "enter; descriptors");
     rt::LLCombineIn in;
     in.x = ref(x, "x");
@@ -152,6 +157,7 @@ class LLBuffer {
     in.max_tokens = T;
     in.num_experts = E;
     in.wait_recv_cost_stats = ref(wait_stats, "combine_wait_recv_cost_stats");
+    in.use_logfmt = use_logfmt;
     ll_trace("combine", "argument checks and output shape (runtime)");
     const rt::LLCombinePlan plan = rt::combine_outputs(*rt_, in);
 
@@ -213,6 +219,7 @@ PYBIND11_MODULE(_C, m) {
       .def("host_staged", &LLBuffer::host_staged)
       .def("peer_direct", &LLBuffer::peer_direct)
       .def("clean", &LLBuffer::clean)
+      .def("clean_elastic", &LLBuffer::clean_elastic)
       .def("check_error", &LLBuffer::check_error)
       .def("destroy", &LLBuffer::destroy)
       .def("num_bytes", &LLBuffer::num_bytes)
@@ -227,6 +234,6 @@ PYBIND11_MODULE(_C, m) {
       .def("combine", &LLBuffer::combine, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
            py::arg("src_info"), py::arg("layout_range"), py::arg("num_max_dispatch_tokens_per_rank"),
            py::arg("num_experts"), py::arg("out"), py::arg("combine_wait_recv_cost_stats"), py::arg("staged"),
-           py::arg("launch_stream") = 0);
+           py::arg("launch_stream") = 0, py::arg("use_logfmt") = false);
   anyep::ext::register_ht(m);
 }

@@ -9,6 +9,7 @@
 // as the GPU); host versions use GCC/Clang __atomic builtins, which TSan understands.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -342,6 +343,16 @@ ANYEP_HD ANYEP_INLINE float warp_reduce_max(float v) {
   return v;
 }
 
+template <int Width = kWarpSize>
+ANYEP_HD ANYEP_INLINE float warp_reduce_min(float v) {
+  static_assert(Width > 0 && Width <= kWarpSize && (Width & (Width - 1)) == 0, "Width: power of two <= warp");
+#if defined(ANYEP_DEVICE_PASS)
+#pragma unroll
+  for (int o = Width / 2; o > 0; o >>= 1) v = fminf(v, warp_shuffle_xor(v, o));
+#endif
+  return v;
+}
+
 ANYEP_HD ANYEP_INLINE int popcount64(uint64_t x) {
 #if defined(ANYEP_DEVICE_PASS)
   return __popcll(x);
@@ -356,6 +367,30 @@ ANYEP_HD ANYEP_INLINE int lowest_bit64(uint64_t x) {
   return __ffsll(static_cast<long long>(x)) - 1;
 #else
   return __builtin_ctzll(x);
+#endif
+}
+
+// ---- fast math (LogFMT) --------------------------------------------------------------------------
+// Base-2 logarithm and exponential. On NVIDIA GPUs the hardware approximations (lg2.approx /
+// ex2.approx: about 2^-22 relative error; log2(0) = -inf, exp2(-inf) = 0), which DeepEP's LogFMT
+// uses too; elsewhere the math library (the CPU tests' reference; HIP maps it to its own unit).
+ANYEP_HD ANYEP_INLINE float log2_approx(float x) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  float r;
+  asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return log2f(x);
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE float exp2_approx(float x) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  float r;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return exp2f(x);
 #endif
 }
 

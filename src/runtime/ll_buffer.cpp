@@ -1,7 +1,9 @@
 #include "runtime/ll_buffer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/cuda_check.h"
 #include "common/env.h"
@@ -182,11 +184,35 @@ ll::Layout LowLatencyBuffer::layout_for(const LLShape& s) const {
   return validate_layout(s.max_tokens, s.hidden, s.num_experts, info());
 }
 
+ll::Common LowLatencyBuffer::common_base() const {
+  ll::Common c;
+  c.g.R = num_ranks_;
+  c.host_mem = host_staged();
+  if (proxy_) c.proxy = proxy_->path();
+  c.rank = rank_;
+  c.num_blocks = num_blocks_;
+  c.local = local_;
+  c.peers = dev_peers_;
+  // Fixed offsets (not E-dependent), like the signals: a shape change never aliases one counter
+  // array onto another.
+  constexpr int64_t X = ll::kMaxExperts;
+  c.ws.send_slot = ws_;
+  c.ws.send_done = ws_ + X;
+  c.ws.recv_total = ws_ + 2 * X;
+  c.ws.blocks_done = ws_ + 3 * X;
+  c.ws.barrier_sent = ws_ + ll::Workspace::reset_ints(X);
+  c.ws.barrier_seen = ws_ + ll::Workspace::reset_ints(X) + X;
+  c.err = err_dev_;
+  c.timeout_ns = timeout_ns_;
+  c.mask = mask_;
+  return c;
+}
+
 ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int num_topk, int buf) {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   if (!connected_) throw InvalidArgument("anyep LL: buffer not connected");
   check_error();
-  ll::Common c;
+  ll::Common c = common_base();
   c.g = layout_for(s);
   if (num_tokens < 0 || num_tokens > s.max_tokens)
     throw InvalidArgument("anyep LL: " + std::to_string(num_tokens) +
@@ -198,25 +224,9 @@ ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int nu
     if (!host_peers_[r] && !proxy_)
       throw Unsupported("anyep LL: rank " + std::to_string(r) + " is not reachable over NVLink/CUDA IPC from rank " +
                         std::to_string(rank_) + " and this buffer has no proxy (connect() was given no bootstrap)");
-  c.host_mem = host_staged();
-  if (proxy_) c.proxy = proxy_->path();
-  c.rank = rank_;
   c.num_topk = num_topk;
   c.num_tokens = num_tokens;
   c.buf = buf;
-  c.num_blocks = num_blocks_;
-  c.local = local_;
-  c.peers = dev_peers_;
-  // Fixed offsets (not E-dependent), like the signals: a shape change never aliases one counter
-  // array onto another.
-  constexpr int64_t X = ll::kMaxExperts;
-  c.ws.send_slot = ws_;
-  c.ws.send_done = ws_ + X;
-  c.ws.recv_total = ws_ + 2 * X;
-  c.ws.blocks_done = ws_ + 3 * X;
-  c.err = err_dev_;
-  c.timeout_ns = timeout_ns_;
-  c.mask = mask_;
   return c;
 }
 
@@ -248,14 +258,50 @@ void LowLatencyBuffer::clean() {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(cudaDeviceSynchronize(), "synchronize before clean");
-  // Signals live in a fixed area at the start of the buffer (ll_layout.h), whatever the shape.
-  const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::Layout{}.signal_bytes()));
+  // Signals live in a fixed area at the start of the buffer (ll_layout.h), whatever the shape; the
+  // barrier words after them, and the barrier counts of the workspace, only grow.
+  const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::Layout::reset_signal_bytes()));
   cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), "clear LL signals");
-  cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "clear LL workspace");
+  cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ll::Workspace::reset_ints(ll::kMaxExperts)) * 4),
+             "clear LL workspace");
   cuda_check(cudaDeviceSynchronize(), "synchronize after clean");
   if (proxy_) proxy_->clear_counters();
   std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
   dispatch_half_ = combine_half_ = 0;
+}
+
+void LowLatencyBuffer::run_barrier(const char* when) {
+  cudaEvent_t done = nullptr;
+  cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "create the barrier's event");
+  cudaError_t e = ll::launch_barrier(common_base(), nullptr);
+  if (e == cudaSuccess) e = cudaEventRecord(done, nullptr);
+  // Poll instead of a blocking sync: a proxy thread of the cuda-ipc transport submitting the
+  // barrier's signals must not be stalled by this thread (docs/ll.md, "Proxy path"). The kernel's
+  // waits are bounded by ANYEP_TIMEOUT_S; the host gives it that twice, plus slack.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::nanoseconds(2 * timeout_ns_) + std::chrono::seconds(30);
+  while (e == cudaSuccess && (e = cudaEventQuery(done)) == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      cudaEventDestroy(done);
+      throw TimeoutError(std::string("anyep LL: rank ") + std::to_string(rank_) + ": the clean barrier " + when +
+                         " did not finish in twice ANYEP_TIMEOUT_S (a stalled GPU or proxy)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  cudaEventDestroy(done);
+  cuda_check(e, std::string("clean barrier ") + when);
+}
+
+void LowLatencyBuffer::clean_elastic() {
+  if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  if (!connected_) throw InvalidArgument("anyep LL: buffer not connected");
+  if (!mask_) throw InvalidArgument("anyep LL: the elastic clean needs a Buffer built with enable_shrink=True");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaDeviceSynchronize(), "synchronize before clean");  // this rank's kernels are done
+  run_barrier("before clean");  // every live peer's kernels are done: nothing writes here any more
+  clean();
+  run_barrier("after clean");  // no peer sends into a buffer that is not clean yet
+  check_error();               // what the second barrier reported (clean cleared the record)
 }
 
 void LowLatencyBuffer::set_mask(int rank, bool masked, cudaStream_t stream) {
@@ -314,6 +360,9 @@ void LowLatencyBuffer::check_error() const {
     case ll::kErrRingTimeout:
       m += "proxy ring " + to_string(e.value) + " stayed full while sending expert " + to_string(e.expert) +
            " to rank " + to_string(e.peer) + " (proxy stalled or stopped)";
+      break;
+    case ll::kErrBarrierTimeout:
+      m += "the clean barrier timed out waiting for rank " + to_string(e.peer);
       break;
     case ll::kErrSlotOverflow:
       throw InvalidArgument(m + "more than num_max_dispatch_tokens_per_rank messages for expert " +

@@ -117,7 +117,10 @@ ll::ProxyPath LLProxyLink::path() const {
 
 void LLProxyLink::check() const { proxy_->check(); }
 
-void LLProxyLink::clear_counters() { std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters); }
+// The barrier's counters (after kNumResetCounters) only grow: the elastic barrier counts arrivals.
+void LLProxyLink::clear_counters() {
+  std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumResetCounters);
+}
 
 std::string LLProxyLink::describe() const {
   return transport_name_ + ", " + std::to_string(proxy_->num_threads()) + " proxy threads, " +

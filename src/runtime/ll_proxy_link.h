@@ -50,7 +50,7 @@ class LLProxyLink {
   ll::ProxyPath path() const;
   // Raises the first error of a proxy thread or a ring producer (InvalidArgument / TimeoutError...).
   void check() const;
-  // Zeroes the signal counters (the caller has synchronized the device).
+  // Zeroes the signal counters but the barrier's (the caller has synchronized the device).
   void clear_counters();
   std::string describe() const;  // "cuda-ipc/cuda-ipc, 4 threads, 16 rings" (for messages and logs)
 

@@ -14,10 +14,11 @@ import torch.distributed as dist
 FP8_MAX = 448.0
 
 
-def make_inputs(seed, n, hidden, k, num_experts, drop=0.15, exclude=None, device="cuda"):
-    """Tokens, routing (distinct experts per token, some -1, some tokens routed nowhere), weights."""
+def make_inputs(seed, n, hidden, k, num_experts, drop=0.15, exclude=None, device="cuda", x_scale=1.0):
+    """Tokens, routing (distinct experts per token, some -1, some tokens routed nowhere), weights.
+    x_scale scales the tokens (small tokens: most LogFMT groups encode)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, hidden, generator=g) * (torch.rand(n, 1, generator=g) * 4 + 0.1)
+    x = torch.randn(n, hidden, generator=g) * (torch.rand(n, 1, generator=g) * 4 + 0.1) * x_scale
     scores = torch.rand(n, num_experts, generator=g)
     if exclude is not None:
         scores[:, exclude] = -1.0
@@ -127,6 +128,79 @@ def check_combine(out, x, idx, w, scale, what):
     torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2, msg=lambda m: f"{what}: {m}")
 
 
+# ---- LogFMT (use_logfmt=True combine): a torch reference of the format (src/kernels/logfmt.h) ----
+LOGFMT_GROUP, LOGFMT_STEPS, LOGFMT_RANGE = 128, 510, 32.0
+
+
+def logfmt_round_trip(rows):
+    """What LogFMT makes of BF16 rows [..., H] (float32 result): per group of 128 values with
+    amax < 1, log2(amin) > log2(amax) - 32 clipped, amin < amax, all finite: values rounded to the
+    nearest of 511 log-spaced levels between amin and amax (or 0); other groups unchanged. torch's
+    log2/exp2 differ from the GPU's approximations, so a value near the middle of two levels may land
+    on the other one: compare with a tolerance. Also returns the per-group "encoded" mask."""
+    v = rows.float().reshape(*rows.shape[:-1], -1, LOGFMT_GROUP)
+    a = v.abs()
+    finite = torch.isfinite(v).all(dim=-1, keepdim=True)
+    amax = a.amax(dim=-1, keepdim=True)
+    amin = a.amin(dim=-1, keepdim=True)
+    log_amax = torch.log2(amax)
+    log_amin = torch.maximum(torch.log2(amin), log_amax - LOGFMT_RANGE)
+    enc = finite & (log_amax < 0) & (log_amin < log_amax)
+    step = torch.where(enc, (log_amax - log_amin) / LOGFMT_STEPS, torch.ones_like(amax))
+    bias = 2 - torch.log2((1 + torch.exp2(step)) / 2) / step - log_amin / step
+    code = torch.floor(torch.clamp(torch.log2(a) / step + bias, min=0, max=LOGFMT_STEPS + 1))
+    dec = torch.where(code > 0, torch.exp2((code - 1) * step + log_amin), torch.zeros_like(a)) * torch.sign(v)
+    out = torch.where(enc, dec, v)
+    return out.reshape(rows.shape), enc.squeeze(-1)
+
+
+def calc_diff(x, y):
+    """DeepEP's accuracy measure (tests/utils.py at 567632d): 1 - cosine-like similarity of x+1, y+1."""
+    x, y = x.double() + 1, y.double() + 1
+    return (1 - 2 * (x * y).sum() / (x * x + y * y).sum()).item()
+
+
+def combine_ref_logfmt(x, idx, w, scale):
+    """combine_ref with every expert output row through logfmt_round_trip; also the fraction of
+    the rows' groups that encode."""
+    valid = idx >= 0
+    s = scale[idx.clamp(min=0)]
+    rows = (x.float()[:, None, :] * s[:, :, None]).to(torch.bfloat16)  # what each expert returns
+    dec, enc = logfmt_round_trip(rows)
+    frac = float(enc[valid].float().mean()) if bool(valid.any()) else 0.0
+    return (dec * (w * valid)[:, :, None]).sum(dim=1), frac
+
+
+def check_combine_logfmt(out, x, idx, w, scale, what):
+    """A LogFMT combine against (1) the exact reference with DeepEP's bound for a BF16 dispatch
+    (calc_diff < 1e-5, tests/test_low_latency.py), (2) the torch LogFMT reference: the output must
+    follow the LogFMT levels (much closer to it than to the exact sum), which shows that the rows
+    travelled encoded, and no NaN."""
+    assert not bool(torch.isnan(out).any()), f"{what}: NaN in the output"
+    exact = combine_ref(x, idx, w, scale)
+    emul, frac = combine_ref_logfmt(x, idx, w, scale)
+    diff = calc_diff(exact, out.float())
+    assert diff < 1e-5, f"{what}: calc_diff {diff:.3g} >= 1e-5 (DeepEP's bound for a BF16 dispatch)"
+    # Elementwise: the BF16 rounding of the output, plus a level (4.4%) where torch's log2 and the
+    # GPU's disagree about the nearest level.
+    torch.testing.assert_close(out.float(), emul, rtol=5e-2, atol=1e-3, msg=lambda m: f"{what} (LogFMT reference): {m}")
+    # Groups that no row of the token encodes travel as BF16: only the output's rounding remains.
+    _, enc = logfmt_round_trip((x.float()[:, None, :] * scale[idx.clamp(min=0)][:, :, None]).to(torch.bfloat16))
+    plain = ~((enc & (idx >= 0)[:, :, None]).any(dim=1))  # [N, G]
+    plain = plain.repeat_interleave(LOGFMT_GROUP, dim=1)
+    torch.testing.assert_close(out.float()[plain], exact[plain], rtol=1e-2, atol=1e-4,
+                               msg=lambda m: f"{what} (groups left in BF16): {m}")
+    if frac > 0.5:
+        # Both references rounded to BF16 as the output is: what is left against the LogFMT one is
+        # a level that torch's log2 placed otherwise, against the exact one the LogFMT rounding.
+        e_exact = float(((out.float() - exact.to(torch.bfloat16).float()) ** 2).sum())
+        e_emul = float(((out.float() - emul.to(torch.bfloat16).float()) ** 2).sum())
+        assert e_emul < 0.1 * e_exact, \
+            f"{what}: output does not follow the LogFMT levels ({frac:.0%} of groups encode; " \
+            f"squared error {e_emul:.3g} vs LogFMT reference, {e_exact:.3g} vs exact)"
+    return diff, frac
+
+
 def poison_like(shape, dtype, device="cuda"):
     """Fill, then free, a block of the size the next output will take: the caching allocator
     hands the poisoned block back, so stale data cannot pass for new output."""
@@ -158,13 +232,14 @@ class Ctx:
         return [make_inputs(seed * 131 + s, n_of(s), H, K, E, **kw) for s in range(self.world)]
 
     def roundtrip(self, seed, T, H, K, E, mode="bf16", n_of=None, exclude=None, hook=False, async_finish=False,
-                  check_comb=True, buf=None, masked=()):
+                  check_comb=True, buf=None, masked=(), logfmt=False, x_scale=1.0):
         """Dispatch and combine on `buf` (default: the world's buffer) and check both against the
-        reference; ranks in `masked` (shrink mode) sit the call out and are left out of it."""
+        reference; ranks in `masked` (shrink mode) sit the call out and are left out of it.
+        logfmt: the combine sends LogFMT (checked with check_combine_logfmt)."""
         me, world, L = self.me, self.world, E // self.world
         buf = buf or self.buf
         n_of = n_of or (lambda s: T - (s % 3))
-        inputs = self.all_inputs(seed, n_of, H, K, E, exclude=exclude)
+        inputs = self.all_inputs(seed, n_of, H, K, E, exclude=exclude, x_scale=x_scale)
         x, idx, w = inputs[me]
         poison_like((L, world * T, H), torch.bfloat16 if mode == "bf16" else torch.float8_e4m3fn)
         recv, cnt, handle, ev, hk = buf.low_latency_dispatch(
@@ -188,13 +263,15 @@ class Ctx:
         y = expert_outputs(me, L, recv_bf16, scale)
         out = torch.full((x.size(0), H), float("nan"), dtype=torch.bfloat16, device="cuda")
         comb, ev2, hk2 = buf.low_latency_combine(y, idx, w, handle, async_finish=async_finish,
-                                                       return_recv_hook=hook, out=out)
+                                                       return_recv_hook=hook, out=out, use_logfmt=logfmt)
         if hook:
             hk2()
         if async_finish:
             ev2.current_stream_wait()
         wait_gpu()
         assert comb.data_ptr() == out.data_ptr()
+        if logfmt:
+            return check_combine_logfmt(comb, x, without_masked(idx, masked, L), w, scale, f"LogFMT combine seed {seed}")
         check_combine(comb, x, without_masked(idx, masked, L), w, scale, f"combine seed {seed}")
 
 
@@ -227,6 +304,19 @@ def c_receive_nothing(c):
 
 def c_hook(c):
     c.roundtrip(5, T_SMALL, H_SMALL, K_SMALL, e_small(c.world), hook=True)
+
+
+def c_logfmt(c):
+    """LogFMT combine (use_logfmt=True), plain, hook and async: small tokens (most groups encode,
+    some stay BF16) and full-size ones (most stay BF16), against the exact reference with DeepEP's
+    bound (calc_diff < 1e-5) and against a torch model of the format; then a BF16 combine on the
+    same buffer is whole again."""
+    E = e_small(c.world)
+    c.roundtrip(30, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True, x_scale=0.15)
+    c.roundtrip(31, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True, x_scale=0.15, hook=True)
+    c.roundtrip(32, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True, x_scale=0.05, async_finish=True)
+    c.roundtrip(33, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True)
+    c.roundtrip(34, T_SMALL, H_SMALL, K_SMALL, E)
 
 
 def small_shape(c):
@@ -444,6 +534,40 @@ def c_dead_rank(c):
         buf.destroy()
 
 
+def c_dead_rank_clean(c):
+    """Shrink mode, a rank dead during clean_low_latency_buffer: the last rank skips a clean; the
+    others' clean (a 2 s timeout) masks it instead of hanging, with no error, and round trips
+    without it work; then it is unmasked, every rank cleans (its own first barrier passes on the
+    survivors' earlier arrival) and a round trip with every rank is whole again. Needs 2 or more ranks."""
+    if c.world < 2:
+        return
+    E, T, H, K = e_small(c.world), 32, 1024, 4
+    d = c.world - 1
+    buf = small_buffer(c, T, H, E, env={"ANYEP_TIMEOUT_S": "2"}, enable_shrink=True)
+    try:
+        c.roundtrip(830, T, H, K, E, buf=buf)
+        wait_gpu()
+        if c.me != d:
+            t0 = time.time()
+            buf.clean_low_latency_buffer(T, H, E)  # rank d does not come: masked after the timeout
+            assert time.time() - t0 < 60, f"the survivors' clean took {time.time() - t0:.0f} s"
+            assert query_mask(buf, c.world) == [int(r == d) for r in range(c.world)], "the dead rank is not masked"
+            buf.check_async_error()  # masked, not failed
+            for it in range(2):  # an even number of calls: the halves stay in step
+                c.roundtrip(831 + it, T, H, K, E, buf=buf, masked={d}, logfmt=(it == 1), x_scale=0.15)
+            wait_gpu()
+            buf.low_latency_clean_mask_buffer()
+        dist.barrier()  # rank d comes back once the survivors are done
+        buf.clean_low_latency_buffer(T, H, E)
+        assert query_mask(buf, c.world) == [0] * c.world, "a rank was masked in the clean with every rank"
+        c.roundtrip(833, T, H, K, E, buf=buf)
+        wait_gpu()
+        buf.check_async_error()
+    finally:
+        dist.barrier()
+        buf.destroy()
+
+
 def ll_iters():
     """Round trips of c_200_iterations: ANYEP_TEST_LL_ITERS (default 200). The one-GPU worlds set
     a few: their processes are time-sliced on one GPU (slow but correct)."""
@@ -466,6 +590,7 @@ def c_deepep_shape(c):
     """128 tokens/rank, hidden 7168, top-8, 288 experts: FP8 dispatch, then BF16 round trip."""
     c.roundtrip(20, 128, 7168, 8, 288, mode="fp8")
     c.roundtrip(21, 128, 7168, 8, 288, mode="bf16")
+    c.roundtrip(22, 128, 7168, 8, 288, mode="bf16", logfmt=True, x_scale=0.15)  # 56 groups: two mask words
 
 
 def expect_error(exc, fragment, fn):
@@ -521,6 +646,8 @@ def c_bad_input(c):
     expect_error(ValueError, "x must have shape", lambda: b.low_latency_combine(recv[:, 1:].contiguous(), idx, w, handle))
     expect_error(ValueError, "topk_weights must be Float", lambda: b.low_latency_combine(recv, idx, w.double(), handle))
     expect_error(ValueError, "handle", lambda: b.low_latency_combine(recv, idx, w, (handle[0].clone(),) + handle[1:]))
+    expect_error(ValueError, "use_logfmt and zero_copy",
+                 lambda: b.low_latency_combine(recv, idx, w, handle, use_logfmt=True, zero_copy=True))
     # The state is still consistent: a correct combine for that dispatch works.
     scale = expert_scale(E)
     out, _, _ = b.low_latency_combine(expert_outputs(c.me, E // c.world, recv, scale), idx, w, handle)
@@ -528,9 +655,9 @@ def c_bad_input(c):
     check_combine(out, x, idx, w, scale, "combine after bad input")
 
 
-ALL_CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_receive_nothing, c_hook,
+ALL_CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_receive_nothing, c_hook, c_logfmt,
               c_hook_two_microbatches, c_async, c_cuda_graph, c_cuda_graph_replay, c_mask_rank, c_dead_rank,
-              c_200_iterations, c_deepep_shape]
+              c_dead_rank_clean, c_200_iterations, c_deepep_shape]
 
 
 def selected_checks():
