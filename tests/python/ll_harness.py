@@ -505,15 +505,19 @@ def c_mask_rank(c):
         buf.destroy()
 
 
+def dead_rank_setup(c):
+    """(E, T, H, K, the rank that plays dead: the last, its own shrink-mode Buffer with a 2 s timeout)."""
+    E, T, H = e_small(c.world), 32, 1024
+    return E, T, H, 4, c.world - 1, small_buffer(c, T, H, E, env={"ANYEP_TIMEOUT_S": "2"}, enable_shrink=True)
+
+
 def c_dead_rank(c):
     """Shrink mode, a dead rank: the last rank skips a dispatch and its combine; the others (a 2 s
     timeout) finish the call with it masked, no error, and results without it; then every rank
     cleans and a round trip with every rank is whole again. Needs 2 or more ranks."""
     if c.world < 2:
         return
-    E, T, H, K = e_small(c.world), 32, 1024, 4
-    d = c.world - 1
-    buf = small_buffer(c, T, H, E, env={"ANYEP_TIMEOUT_S": "2"}, enable_shrink=True)
+    E, T, H, K, d, buf = dead_rank_setup(c)
     try:
         if c.me != d:
             t0 = time.time()
@@ -537,13 +541,12 @@ def c_dead_rank(c):
 def c_dead_rank_clean(c):
     """Shrink mode, a rank dead during clean_low_latency_buffer: the last rank skips a clean; the
     others' clean (a 2 s timeout) masks it instead of hanging, with no error, and round trips
-    without it work; then it is unmasked, every rank cleans (its own first barrier passes on the
-    survivors' earlier arrival) and a round trip with every rank is whole again. Needs 2 or more ranks."""
+    without it work; then it is unmasked, every rank cleans (the survivors took back their arrival
+    at the barrier it missed, so the counts agree) and a round trip with every rank is whole again.
+    Needs 2 or more ranks."""
     if c.world < 2:
         return
-    E, T, H, K = e_small(c.world), 32, 1024, 4
-    d = c.world - 1
-    buf = small_buffer(c, T, H, E, env={"ANYEP_TIMEOUT_S": "2"}, enable_shrink=True)
+    E, T, H, K, d, buf = dead_rank_setup(c)
     try:
         c.roundtrip(830, T, H, K, E, buf=buf)
         wait_gpu()

@@ -312,13 +312,20 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
     }
 }
 
+// A connected one-rank buffer large enough for every shape of `shapes`.
+std::unique_ptr<LowLatencyBuffer> one_rank_buffer(std::initializer_list<Shape> shapes) {
+  int64_t bytes = 0;
+  for (const Shape& s : shapes) bytes = std::max(bytes, LowLatencyBuffer::size_hint(s.T, s.H, 1, s.E));
+  auto buf = std::make_unique<LowLatencyBuffer>(0, 1, bytes);
+  buf->connect({buf->local_info()});
+  return buf;
+}
+
 TEST(LLSingleRank, DispatchCombineRounds) {
   ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
-  LowLatencyBuffer buf(0, 1,
-                       std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
-                                LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
-  buf.connect({buf.local_info()});
+  const auto owned = one_rank_buffer({small, other});
+  LowLatencyBuffer& buf = *owned;
   // Both buffer halves, both formats, and a change of shape (expert count, hidden, tokens).
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 1));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 2));
@@ -332,10 +339,8 @@ TEST(LLSingleRank, DispatchCombineRounds) {
 TEST(LLSingleRank, LogfmtCombineRounds) {
   ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
-  LowLatencyBuffer buf(0, 1,
-                       std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
-                                LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
-  buf.connect({buf.local_info()});
+  const auto owned = one_rank_buffer({small, other});
+  LowLatencyBuffer& buf = *owned;
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 31, false, false, true));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 32, true, false, true));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 33, true, false, true));
@@ -346,10 +351,8 @@ TEST(LLSingleRank, LogfmtCombineRounds) {
 TEST(LLSingleRank, RuntimeApiRounds) {
   ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
-  LowLatencyBuffer buf(0, 1,
-                       std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
-                                LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
-  buf.connect({buf.local_info()});
+  const auto owned = one_rank_buffer({small, other});
+  LowLatencyBuffer& buf = *owned;
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 11, true));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 12, true));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 13, false));  // the two ways mix
