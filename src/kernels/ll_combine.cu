@@ -11,8 +11,9 @@
 // received this combine), a WRITE per row copies it to the home slot, and the expert's flag goes
 // as a SIGNAL with kFenceCount = the rows it covers, in the same ring after them.
 // Receive (home rank): one block per token: wait for the flags of the token's experts (acquire,
-// system scope), then out[t] = sum_k w[t,k] * slot[t,k] in FP32, stored as BF16. The last block
-// waits for the remaining flags and resets all of them for the next use of this half.
+// system scope), then out[t] = sum_k w[t,k] * slot[t,k] in FP32, in slot order (the same sum on
+// every run), stored as BF16. The last block waits for the remaining flags and resets all of them
+// for the next use of this half.
 // Shrink mode (c.mask set): nothing is sent to a masked rank, and the experts of a masked owner
 // are not waited for and contribute nothing; an owner whose flag times out is masked.
 // LogFMT (a.logfmt): each row goes encoded (logfmt.h; row layout in ll_layout.h), written by
@@ -145,16 +146,18 @@ __device__ __forceinline__ void row_values(const Layout& g, const uint8_t* row, 
   }
 }
 
-// out[t] = sum over the n rows s_src[j] of s_w[j] * row, in FP32, stored as BF16 (the block's threads
-// split the row's 16-byte vectors).
+// out[t] = sum over the top-k slots j in `valid` (a bit per slot) of s_w[j] * row s_src[j], in
+// FP32 and in slot order (the same sum every time: DeepEP's pressure test compares outputs bit for
+// bit), stored as BF16 (the block's threads split the row's 16-byte vectors).
 template <bool kLogfmt>
-__device__ __forceinline__ void reduce_token(const Common& c, __nv_bfloat16* out, int t, int n,
+__device__ __forceinline__ void reduce_token(const Common& c, __nv_bfloat16* out, int t, uint32_t valid,
                                              const uint8_t* const* s_src, const float* s_w,
                                              const uint32_t (*s_mask)[kLogfmtMaskWords]) {
   const int H = static_cast<int>(c.g.H);
   for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < n; ++j) {
+    for (uint32_t m = valid; m != 0; m &= m - 1) {
+      const int j = port::lowest_bit64(m);
       float f[8];
       row_values<kLogfmt>(c.g, s_src[j], s_mask[j], c.host_mem, v, f);
       const float w = s_w[j];
@@ -168,10 +171,10 @@ __device__ __forceinline__ void reduce_token(const Common& c, __nv_bfloat16* out
     dev::st16(out + static_cast<int64_t>(t) * H + v * 8, o);
   }
 }
-__device__ __noinline__ void reduce_token_logfmt(const Common& c, __nv_bfloat16* out, int t, int n,
+__device__ __noinline__ void reduce_token_logfmt(const Common& c, __nv_bfloat16* out, int t, uint32_t valid,
                                                  const uint8_t* const* s_src, const float* s_w,
                                                  const uint32_t (*s_mask)[kLogfmtMaskWords]) {
-  reduce_token<true>(c, out, t, n, s_src, s_w, s_mask);
+  reduce_token<true>(c, out, t, valid, s_src, s_w, s_mask);
 }
 
 __device__ void send_phase(const CombineArgs& a) {
@@ -256,11 +259,12 @@ __device__ void recv_phase(const CombineArgs& a) {
   __shared__ const uint8_t* s_src[kMaxTopk];
   __shared__ float s_w[kMaxTopk];
   __shared__ uint32_t s_mask[kMaxTopk][kLogfmtMaskWords];  // LogFMT: the rows' headers
-  __shared__ int s_n;
+  __shared__ uint32_t s_valid;                             // bit k: slot k contributes
+  static_assert(kMaxTopk <= 32, "a bit per top-k slot in s_valid");
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
 
   for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
-    if (threadIdx.x == 0) s_n = 0;
+    if (threadIdx.x == 0) s_valid = 0u;
     __syncthreads();
     if (threadIdx.x < K) {
       const int k = threadIdx.x;
@@ -276,29 +280,30 @@ __device__ void recv_phase(const CombineArgs& a) {
                     static_cast<unsigned long long>(waited));
         // Shrink mode: an expert of a masked owner contributes nothing (its slot holds no row).
         if (arrived || timed_out) {
-          const int j = atomicAdd(&s_n, 1);
-          s_src[j] = c.local + g.combine_slot_off(c.buf, t, k);
-          s_w[j] = a.topk_weights[static_cast<int64_t>(t) * K + k];
+          s_src[k] = c.local + g.combine_slot_off(c.buf, t, k);
+          s_w[k] = a.topk_weights[static_cast<int64_t>(t) * K + k];
+          atomicOr(&s_valid, 1u << k);
         }
       }
     }
     __syncthreads();  // the waiting threads' acquires cover the block's reads below
-    const int n = s_n;
+    const uint32_t valid = s_valid;
     if (a.logfmt) {
       // Only bits of groups < G: a damaged header cannot move an offset outside the row.
-      for (int i = threadIdx.x; i < n * kLogfmtMaskWords; i += blockDim.x) {
+      for (int i = threadIdx.x; i < K * kLogfmtMaskWords; i += blockDim.x) {
         const int j = i / kLogfmtMaskWords, w = i % kLogfmtMaskWords;
-        s_mask[j][w] =
-            dev::ld_recv(reinterpret_cast<const unsigned int*>(s_src[j]) + w, c.host_mem) & logfmt_word_bits(w, G);
+        if ((valid >> j) & 1u)
+          s_mask[j][w] =
+              dev::ld_recv(reinterpret_cast<const unsigned int*>(s_src[j]) + w, c.host_mem) & logfmt_word_bits(w, G);
       }
       __syncthreads();
     }
     if (a.logfmt) {
-      reduce_token_logfmt(c, out, t, n, s_src, s_w, s_mask);
+      reduce_token_logfmt(c, out, t, valid, s_src, s_w, s_mask);
     } else {
-      reduce_token<false>(c, out, t, n, s_src, s_w, s_mask);
+      reduce_token<false>(c, out, t, valid, s_src, s_w, s_mask);
     }
-    __syncthreads();  // s_src/s_w reuse
+    __syncthreads();  // s_src/s_w/s_valid reuse
   }
   if (dev::last_block(&c.ws.blocks_done[1])) {
     // Every expert signals every rank; wait for the flags no token waited on, then reset all of
