@@ -317,6 +317,20 @@ def c_logfmt(c):
     c.roundtrip(32, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True, x_scale=0.05, async_finish=True)
     c.roundtrip(33, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True)
     c.roundtrip(34, T_SMALL, H_SMALL, K_SMALL, E)
+    # The same call twice gives the same bits, BF16 and LogFMT (the receive sums the slots in slot
+    # order; DeepEP's --pressure-test compares hashes of 20 reruns). A dispatch per combine: through
+    # the proxy, combines of one handle stage their rows in the same dispatch slots.
+    L = E // c.world
+    x, idx, w = c.all_inputs(35, lambda s: T_SMALL, H_SMALL, K_SMALL, E, x_scale=0.15)[c.me]
+    outs = []
+    for lf in (False, False, True, True):
+        recv, _, handle, _, _ = c.buf.low_latency_dispatch(x, idx, T_SMALL, E, use_fp8=False)
+        outs.append(c.buf.low_latency_combine(expert_outputs(c.me, L, recv, expert_scale(E)), idx, w, handle,
+                                              use_logfmt=lf)[0])
+    wait_gpu()
+    assert torch.equal(outs[0], outs[1]), "two equal BF16 combines differ"
+    assert torch.equal(outs[2], outs[3]), "two equal LogFMT combines differ"
+    assert not torch.equal(outs[0], outs[2]), "LogFMT and BF16 combines are identical: nothing was encoded"
 
 
 def small_shape(c):
