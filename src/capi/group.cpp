@@ -116,18 +116,28 @@ extern "C" anyepStatus anyep_group_destroy(anyep_group_t group) {
     require(group, "group");
     std::shared_ptr<Group> g = groups().take(id_of(group));
     g->destroyed = true;
-    // Everyone arrives before anyone frees: no peer still writes into this rank's buffer. The
-    // buffer is freed even when the wait fails; the wait's error is reported after.
-    std::exception_ptr wait_error;
+    // Every rank's kernels finish, then everyone arrives before anyone frees: no peer still
+    // writes into this rank's buffer. The buffer is freed even when a step fails; the first
+    // failure is reported after.
+    std::exception_ptr first_error;
+    try {
+      if (g->ll) g->ll->synchronize();
+    } catch (...) {
+      first_error = std::current_exception();
+    }
     try {
       g->boot->barrier();
     } catch (...) {
-      wait_error = std::current_exception();
+      if (!first_error) first_error = std::current_exception();
     }
-    if (g->ll) g->ll->destroy();
+    try {
+      if (g->ll) g->ll->destroy();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
     g->ll.reset();
     g->boot.reset();
-    if (wait_error) std::rethrow_exception(wait_error);
+    if (first_error) std::rethrow_exception(first_error);
   });
 }
 

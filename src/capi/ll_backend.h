@@ -28,6 +28,8 @@ class LLBackend {
                             void* stream) = 0;
   // Throws the asynchronous error the kernels or the proxy reported, if any.
   virtual void check_async() = 0;
+  // Waits for this rank's work on the device (before the barrier that precedes freeing).
+  virtual void synchronize() = 0;
   virtual void destroy() = 0;
 };
 

@@ -96,6 +96,10 @@ class CudaLL final : public LLBackend {
     return send_only ? recv_phase(call) : RecvPhase();
   }
   void check_async() override { buf_->check_error(); }
+  void synchronize() override {
+    DeviceGuard guard(device_);
+    cuda_check(cudaDeviceSynchronize(), "anyep", "synchronize before the group's destroy");
+  }
   void destroy() override {
     if (!buf_) return;
     DeviceGuard guard(device_);
