@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -306,14 +307,16 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
     opt.timeout_s = job_timeout_s;
     opt.liveness_s = liveness_s;
     opt.kill_all_on_failure = true;  // one failed rank fails the job: the others need not time out
-    opt.on_started = [text](const std::vector<pid_t>& pids) {
+    // Progress starts once every rank is forked (no thread of ours exists across a fork).
+    std::optional<Ticker> progress;
+    opt.on_started = [&](const std::vector<pid_t>& pids) {
       std::fprintf(text, "  ranks' pids:");
       for (size_t r = 0; r < pids.size(); ++r) std::fprintf(text, " %zu:%d", r, int(pids[r]));
       std::fprintf(text, "\n");
       std::fflush(text);
+      progress.emplace(prog, std::to_string(ranks) + " ranks (processes) running " + std::to_string(w.ll_rounds) +
+                                 " LL rounds per producer");
     };
-    Ticker progress(prog, std::to_string(ranks) + " ranks (processes) running " + std::to_string(w.ll_rounds) +
-                              " LL rounds per producer");
     auto res = testkit::run_ranks(
         ranks,
         [&](testkit::Rank& r) {
@@ -331,7 +334,7 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
           r.result = pack(s, run.result.ll_round_trip_ns, run.result.quiet_ns);
         },
         opt);
-    progress.stop();
+    progress.reset();
     std::vector<Summary> sums(ranks);
     std::vector<uint64_t> rt, q;
     bool ok = res.ok();
