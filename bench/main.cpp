@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "common/parse.h"
 #include "testkit/local_cluster.h"
 #include "testkit/mp_harness.h"
+#include "testkit/tsan_transport.h"
 #include "testkit/workload_rank.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/factory.h"
@@ -179,6 +181,12 @@ int main(int argc, char** argv) {
       w.chunk_max);
   const auto t0 = std::chrono::steady_clock::now();
   try {
+    // ANYEP_CHAOS_SEED wraps every endpoint in the chaos transport (reordered deliveries), on every
+    // provider, loopback included.
+    const std::optional<transport::chaos::ChaosConfig> chaos = transport::chaos::ChaosConfig::from_env();
+    if (chaos)
+      std::printf("  chaos transport: seed %llu, max delay %u polls (ANYEP_CHAOS_SEED, ANYEP_CHAOS_MAX_DELAY)\n",
+                  (unsigned long long)chaos->seed, chaos->max_delay);
     if (provider == "loopback") {
       std::printf("  transport: in-process loopback, ranks are threads of this process (--provider loopback)\n");
       LocalClusterConfig lc;
@@ -189,6 +197,10 @@ int main(int argc, char** argv) {
       lc.num_counters = StreamWorkload::num_counters(w);
       lc.proxy = ProxyConfig::from_env();
       lc.proxy.num_tags = StreamWorkload::num_tags(w);
+      if (chaos)
+        lc.endpoints = [loop = loopback_factory(ranks, threads), c = *chaos](uint32_t rank, uint32_t thread) {
+          return transport::chaos::make_chaos_transport(loop(rank, thread), c);
+        };
       LocalCluster cl(lc);
       cl.start();
       std::vector<Summary> sums(ranks);
@@ -220,8 +232,8 @@ int main(int argc, char** argv) {
         rt.insert(rt.end(), res[r].ll_round_trip_ns.begin(), res[r].ll_round_trip_ns.end());
         q.insert(q.end(), res[r].quiet_ns.begin(), res[r].quiet_ns.end());
       }
-      std::printf("  ordering engine: %s\n",
-                  cl.rank(0).proxy->bypass() ? "bypassed (loopback lands writes in order)" : "on");
+      std::printf("  ordering engine: %s\n", cl.rank(0).proxy->bypass() ? "bypassed (loopback lands writes in order)"
+                                                                        : "on (the transport may reorder)");
       report(sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), true);
       return 0;
     }
@@ -242,7 +254,8 @@ int main(int argc, char** argv) {
         ranks,
         [&](testkit::Rank& r) {
           RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *r.boot, [&](uint32_t) {
-            return transport::make_transport(transport::TransportSpec::from_env(provider, r.rank, ranks));
+            // Under TSan the endpoint models the NIC's reads at post time (testkit/tsan_transport.h).
+            return make_tsan_aware_transport(transport::TransportSpec::from_env(provider, r.rank, ranks));
           });
           Summary s{run.result.commands,
                     run.result.payload_bytes,
