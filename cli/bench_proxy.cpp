@@ -31,6 +31,7 @@
 #include "report.h"
 #include "testkit/local_cluster.h"
 #include "testkit/mp_harness.h"
+#include "testkit/tsan_transport.h"
 #include "testkit/workload_rank.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/factory.h"
@@ -250,6 +251,12 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
       w.chunk_max);
   const auto t0 = std::chrono::steady_clock::now();
   try {
+    // ANYEP_CHAOS_SEED wraps every endpoint in the chaos transport (reordered deliveries), on every
+    // provider, loopback included.
+    const std::optional<transport::chaos::ChaosConfig> chaos = transport::chaos::ChaosConfig::from_env();
+    if (chaos)
+      std::fprintf(text, "  chaos transport: seed %llu, max delay %u polls (ANYEP_CHAOS_SEED, ANYEP_CHAOS_MAX_DELAY)\n",
+                   (unsigned long long)chaos->seed, chaos->max_delay);
     if (provider == "loopback") {
       std::fprintf(text, "  transport: in-process loopback, ranks are threads of this process (--provider loopback)\n");
       LocalClusterConfig lc;
@@ -260,6 +267,10 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
       lc.num_counters = StreamWorkload::num_counters(w);
       lc.proxy = ProxyConfig::from_env();
       lc.proxy.num_tags = StreamWorkload::num_tags(w);
+      if (chaos)
+        lc.endpoints = [loop = loopback_factory(ranks, threads), c = *chaos](uint32_t rank, uint32_t thread) {
+          return transport::chaos::make_chaos_transport(loop(rank, thread), c);
+        };
       LocalCluster cl(lc);
       cl.start();
       std::vector<Summary> sums(ranks);
@@ -297,7 +308,8 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
       }
       const Report rep =
           report(sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), true,
-                 cl.rank(0).proxy->bypass() ? "bypassed (loopback lands writes in order)" : "on");
+                 cl.rank(0).proxy->bypass() ? "bypassed (loopback lands writes in order)"
+                                            : "on (the transport may reorder)");
       return emit(with_config(rep, ranks, threads, provider, w), out, command_line) ? kExitOk : kExitFailed;
     }
     std::fprintf(text, "  transport: libfabric %s, every rank its own process, TCP bootstrap on 127.0.0.1\n",
@@ -321,7 +333,8 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
         ranks,
         [&](testkit::Rank& r) {
           RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *r.boot, [&](uint32_t) {
-            return transport::make_transport(transport::TransportSpec::from_env(provider, r.rank, ranks));
+            // Under TSan the endpoint models the NIC's reads at post time (testkit/tsan_transport.h).
+            return make_tsan_aware_transport(transport::TransportSpec::from_env(provider, r.rank, ranks));
           });
           Summary s{run.result.commands,
                     run.result.payload_bytes,

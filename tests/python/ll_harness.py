@@ -722,6 +722,94 @@ def c_timeout(me, world, anyep):
         buf.destroy()
 
 
+KILLED_CHECKS = ("c_killed_shrink", "c_killed_plain")
+
+
+def _names_rank(msg, r):
+    """Whether an error text names rank r as the peer ("... from rank 1", "to rank 1", ...)."""
+    import re
+    return re.search(rf"\brank {r}\b(?!:)", msg) is not None
+
+
+def _raised(exc, fn):
+    """The exception `fn` raised, which must be an `exc`."""
+    try:
+        fn()
+    except exc as e:
+        return e
+    raise AssertionError(f"expected {exc.__name__}, nothing was raised")
+
+
+def killed_rank(c, victim, events, progress):
+    """A process of the world is killed (SIGKILL, by the test process) between LL calls.
+
+    Every rank builds a second, shrink-mode buffer, and both buffers make a few round trips with
+    every rank. Then, between calls, `victim` sets events[0] and waits to be killed; the test
+    process kills it and sets events[1]. The survivors, without any collective from then on:
+      c_killed_shrink: the shrink buffer's next round trip completes within ANYEP_TIMEOUT_S + 10 s
+        with the victim masked (query_mask, no error, results without it), and the one after it
+        takes less than ANYEP_TIMEOUT_S (a masked rank is not waited for);
+      c_killed_plain: the plain buffer's next dispatch ends within ANYEP_TIMEOUT_S + 10 s and
+        check_async_error raises TimeoutError naming the victim, and the call after it raises the
+        same before launching anything.
+    Returns {check: "ok" | failure text} for this rank (the victim only returns if it was not
+    killed within 60 s)."""
+    ready, killed = events
+    timeout_s = float(os.environ["ANYEP_TIMEOUT_S"])
+    E, T, H, K = e_small(c.world), 32, 1024, 4
+    sbuf = small_buffer(c, T, H, E, enable_shrink=True)  # collective: before the kill
+    for it in range(3):
+        c.roundtrip(870 + it, T, H, K, E)
+        c.roundtrip(875 + it, T, H, K, E, buf=sbuf, hook=(it == 1))
+    wait_gpu()
+    c.buf.check_async_error()
+    sbuf.check_async_error()
+    dist.barrier()  # every rank is between calls
+    if c.me == victim:
+        progress("3 round trips on each buffer done; waiting to be killed (SIGKILL)")
+        ready.set()
+        time.sleep(60)
+        return {k: f"rank {victim} was not killed within 60 s of asking" for k in KILLED_CHECKS}
+    if not killed.wait(timeout=90):
+        return {k: f"the test process did not report rank {victim} killed within 90 s" for k in KILLED_CHECKS}
+    progress(f"rank {victim} was killed; next calls (ANYEP_TIMEOUT_S={timeout_s:g})")
+    out = {}
+    try:
+        t0 = time.time()
+        c.roundtrip(880, T, H, K, E, buf=sbuf, masked={victim})
+        first = time.time() - t0
+        assert query_mask(sbuf, c.world) == [int(r == victim) for r in range(c.world)], \
+            f"rank {victim} is not masked: {query_mask(sbuf, c.world)}"
+        sbuf.check_async_error()  # masked, not failed
+        assert first < timeout_s + 10, f"the call that masked rank {victim} took {first:.1f} s"
+        t0 = time.time()
+        c.roundtrip(881, T, H, K, E, buf=sbuf, masked={victim}, hook=True)
+        second = time.time() - t0
+        sbuf.check_async_error()
+        assert second < timeout_s, f"the call after the mask took {second:.1f} s: the masked rank was waited for"
+        progress(f"c_killed_shrink: rank {victim} masked, the call completed in {first:.1f} s, the next in {second:.1f} s")
+        out["c_killed_shrink"] = "ok"
+    except Exception:
+        out["c_killed_shrink"] = traceback.format_exc()
+    try:
+        x, idx, _ = make_inputs(885 * 131 + c.me, T, H, K, E, drop=0.0)
+        t0 = time.time()
+        c.buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
+        wait_gpu()
+        err = _raised(TimeoutError, c.buf.check_async_error)
+        took = time.time() - t0
+        progress(f"c_killed_plain: after {took:.1f} s: {err}")
+        assert _names_rank(str(err), victim), f"the error does not name rank {victim}: {err}"
+        assert took < timeout_s + 10, f"the failing call ended after {took:.1f} s (bound {timeout_s + 10:g} s)"
+        err2 = _raised(TimeoutError, lambda: c.buf.low_latency_dispatch(x, idx, T, E, use_fp8=False))
+        assert _names_rank(str(err2), victim), f"the next call's error does not name rank {victim}: {err2}"
+        out["c_killed_plain"] = "ok"
+    except Exception:
+        out["c_killed_plain"] = traceback.format_exc()
+    sbuf.destroy()
+    return out
+
+
 class Progress:
     """Per-rank progress lines, flushed at once (a killed run still shows how far it got)."""
 
@@ -758,10 +846,12 @@ def settle(buf, progress):
     dist.barrier()
 
 
-def worker(rank, world, ngpus, port, queue, env=None):
+def worker(rank, world, ngpus, port, queue, env=None, events=None):
     """One rank of a world: `world` processes on `ngpus` GPUs, rank r on GPU r % ngpus (ngpus=1:
     every rank shares GPU 0). `env` is applied before anyep reads it (path, provider, chaos seed,
-    iteration count). Puts (rank, {check: "ok" | failure text}) on `queue`."""
+    iteration count). Puts (rank, {check: "ok" | failure text}) on `queue`. With
+    ANYEP_TEST_KILL_RANK set (a killed-rank world), runs killed_rank(..., events) instead of the
+    checks, and no collective after it (a rank is dead)."""
     os.environ.update(env or {})  # before anyep reads it (path, provider)
     results = {}
     progress = Progress(rank, world)
@@ -789,7 +879,12 @@ def worker(rank, world, ngpus, port, queue, env=None):
         assert ("proxy (" in paths) == want_proxy and ("direct stores to ranks" in paths), paths
         assert ("chaos(" in paths) == want_chaos, f"chaos wrapper {'missing' if want_chaos else 'unexpected'}: {paths}"
         ctx = Ctx(rank, world, buf, anyep)
-        for check in CHECKS:
+        victim = os.environ.get("ANYEP_TEST_KILL_RANK")
+        if victim:
+            results.update(killed_rank(ctx, int(victim), events, progress))
+            for check in KILLED_CHECKS:
+                progress(f"{check}: {'ok' if results[check] == 'ok' else 'FAILED'}")
+        for check in [] if victim else CHECKS:
             t0 = time.time()
             try:
                 check(ctx)
@@ -801,7 +896,7 @@ def worker(rank, world, ngpus, port, queue, env=None):
             progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} "
                      f"({time.time() - t0:.1f} s)")
             settle(buf, progress)
-        if timeout_selected():
+        if not victim and timeout_selected():
             t0 = time.time()
             try:
                 if world > 1:
@@ -810,9 +905,10 @@ def worker(rank, world, ngpus, port, queue, env=None):
             except Exception:
                 results["c_timeout"] = traceback.format_exc()
             progress(f"c_timeout: {'ok' if results['c_timeout'] == 'ok' else 'FAILED'} ({time.time() - t0:.1f} s)")
-        dist.barrier()
-        del buf
-        dist.destroy_process_group()
+        if not victim:  # after a kill the process group has a dead member: no collective
+            dist.barrier()
+            del buf
+            dist.destroy_process_group()
     except Exception:
         results["setup"] = traceback.format_exc()
         progress("setup failed")
