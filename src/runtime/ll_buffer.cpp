@@ -281,7 +281,10 @@ void LowLatencyBuffer::run_barrier(const char* when) {
   // waits are bounded by ANYEP_TIMEOUT_S; the host gives it that twice, plus slack.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::nanoseconds(2 * timeout_ns_) + std::chrono::seconds(30);
-  while (e == cudaSuccess && (e = cudaEventQuery(done)) == cudaErrorNotReady) {
+  while (e == cudaSuccess) {
+    e = cudaEventQuery(done);
+    if (e != cudaErrorNotReady) break;  // done (cudaSuccess) or a real error
+    e = cudaSuccess;                    // not yet: poll again
     if (std::chrono::steady_clock::now() > deadline) {
       cudaEventDestroy(done);
       throw TimeoutError(std::string("anyep LL: rank ") + std::to_string(rank_) + ": the clean barrier " + when +
