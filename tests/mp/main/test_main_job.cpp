@@ -88,9 +88,9 @@ TEST_P(MainJob, RunsToItsResultLine) {
   // Every producer of every rank ran to its end.
   const uint32_t producers = c.ranks * kProducers;
   const std::string rt =
-      "LL round trip (count signal -> remote check -> ack), " + std::to_string(producers * (kRounds / 8)) + " samples";
+      "LL round trip: count signal -> remote check -> ack, " + std::to_string(producers * (kRounds / 8)) + " samples";
   const std::string quiet =
-      "QUIET (push -> retired), " + std::to_string(producers * (3 * kRounds / 32 + 1)) + " samples";
+      "QUIET: push -> retired, " + std::to_string(producers * (3 * kRounds / 32 + 1)) + " samples";
   EXPECT_NE(p.out_text.find(rt), std::string::npos) << "expected '" << rt << "'\n" << all;
   EXPECT_NE(p.out_text.find(quiet), std::string::npos) << "expected '" << quiet << "'\n" << all;
   EXPECT_EQ(p.err_text.find("Sanitizer"), std::string::npos) << all;
