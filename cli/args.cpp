@@ -54,4 +54,32 @@ std::string help_text(const Command& cmd) {
   return s;
 }
 
+std::optional<int> parse_command(const Command& cmd, int argc, char** argv, int first, const char* prog,
+                                 const std::function<void(const std::string&, const std::string&)>& each) {
+  try {
+    const Parsed args = parse_args(cmd, argc, argv, first);
+    if (args.help) {
+      std::fputs(help_text(cmd).c_str(), stdout);
+      return kExitOk;
+    }
+    for (const auto& [option, value] : args.values) each(option, value);
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "%s: %s\n%s", prog, e.what(), help_text(cmd).c_str());
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> split_list(const std::string& text,
+                                    const std::function<std::string(const std::string&)>& check) {
+  std::vector<std::string> out;
+  for (size_t p = 0; p <= text.size();) {
+    size_t q = text.find(',', p);
+    if (q == std::string::npos) q = text.size();
+    out.push_back(check(text.substr(p, q - p)));
+    p = q + 1;
+  }
+  return out;
+}
+
 }  // namespace anyep::cli

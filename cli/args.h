@@ -4,7 +4,9 @@
 // unknown option, a missing value or a stray argument is an InvalidArgument naming it.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,17 @@ struct Parsed {
 Parsed parse_args(const Command& cmd, int argc, char** argv, int first);
 // The help text of `cmd`.
 std::string help_text(const Command& cmd);
+
+// A command's whole command line: prints the help on -h/--help (returns kExitOk), or the refusal
+// and the help on a bad command line (kExitUsage); otherwise calls `each(option, value)` for every
+// option given, which parses the value and may throw InvalidArgument (a bad command line too), and
+// returns nullopt: the command goes on.
+std::optional<int> parse_command(const Command& cmd, int argc, char** argv, int first, const char* prog,
+                                 const std::function<void(const std::string&, const std::string&)>& each);
+
+// "a,b,c" -> {"a", "b", "c"}, each checked by `check` (e.g. a parse_choice).
+std::vector<std::string> split_list(const std::string& text,
+                                    const std::function<std::string(const std::string&)>& check);
 
 // Exit statuses of every command.
 constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitCannotRun = 77;

@@ -27,16 +27,16 @@ const Command& ll_command() {
       "LL dispatch (FP8) and combine (BF16) across 2 GPUs of this machine, one Buffer per LL path, against an\n"
       "NCCL all_to_all dispatcher measured in the same run: runs bench/ll/bench_ll.py (python3 with torch) and\n"
       "reports its medians here.",
-      {{"--tokens", "N", "tokens per rank, 1..8192 [128]"},
-       {"--hidden", "H", "hidden size, 128..16384 [7168]"},
-       {"--topk", "K", "experts per token, 1..16 [8]"},
-       {"--experts", "E", "experts, 2..4096 [288]"},
-       {"--iters", "N", "measured iterations, 1..100000 [500]"},
-       {"--warmup", "N", "warm-up iterations, 0..100000 [50]"},
-       {"--paths", "LIST", "LL paths to measure: auto, proxy-cuda-ipc, proxy-libfabric (comma list) [auto]"},
-       {"--timeout-s", "S", "the whole run, seconds (0, 86400] [900]"},
-       {"--json", nullptr, "print the results as one JSON document on stdout (the table goes to stderr)"},
-       {"--plot", "FILE.png", "plot dispatch and combine times by path (needs python3 with matplotlib)"}},
+      with_output_options(
+          {{"--tokens", "N", "tokens per rank, 1..8192 [128]"},
+           {"--hidden", "H", "hidden size, 128..16384 [7168]"},
+           {"--topk", "K", "experts per token, 1..16 [8]"},
+           {"--experts", "E", "experts, 2..4096 [288]"},
+           {"--iters", "N", "measured iterations, 1..100000 [500]"},
+           {"--warmup", "N", "warm-up iterations, 0..100000 [50]"},
+           {"--paths", "LIST", "LL paths to measure: auto, proxy-cuda-ipc, proxy-libfabric (comma list) [auto]"},
+           {"--timeout-s", "S", "the whole run, seconds (0, 86400] [900]"}},
+          "plot dispatch and combine times by path (needs python3 with matplotlib)"),
       "exit status: 0 done, 1 failed, 2 bad command line, 77 cannot run here (needs 2 GPUs, python3 with torch,\n"
       "and bench/ll/bench_ll.py of a source checkout)\n"};
   return c;
@@ -76,37 +76,27 @@ int bench_ll(int argc, char** argv, int first) {
   OutputOptions out;
   std::vector<std::string> pass;  // options handed to bench_ll.py
   double timeout_s = 900;
-  try {
-    const Parsed args = parse_args(cmd, argc, argv, first);
-    if (args.help) {
-      std::fputs(help_text(cmd).c_str(), stdout);
-      return kExitOk;
+  const auto each = [&](const std::string& a, const std::string& v) {
+    auto pass_count = [&](uint64_t lo, uint64_t hi) {
+      pass.push_back(a);
+      pass.push_back(std::to_string(parse_count(a, v, lo, hi)));
+    };
+    if (a == "--tokens") pass_count(1, 8192);
+    if (a == "--hidden") pass_count(128, 16384);
+    if (a == "--topk") pass_count(1, 16);
+    if (a == "--experts") pass_count(2, 4096);
+    if (a == "--iters") pass_count(1, 100000);
+    if (a == "--warmup") pass_count(0, 100000);
+    if (a == "--paths") {
+      split_list(v, [](const std::string& p) {
+        return parse_choice("--paths", p, {"auto", "proxy-cuda-ipc", "proxy-libfabric"});
+      });
+      pass.push_back(a), pass.push_back(v);
     }
-    for (const auto& [a, v] : args.values) {
-      if (a == "--tokens") pass.push_back(a), pass.push_back(std::to_string(parse_count(a, v, 1, 8192)));
-      if (a == "--hidden") pass.push_back(a), pass.push_back(std::to_string(parse_count(a, v, 128, 16384)));
-      if (a == "--topk") pass.push_back(a), pass.push_back(std::to_string(parse_count(a, v, 1, 16)));
-      if (a == "--experts") pass.push_back(a), pass.push_back(std::to_string(parse_count(a, v, 2, 4096)));
-      if (a == "--iters") pass.push_back(a), pass.push_back(std::to_string(parse_count(a, v, 1, 100000)));
-      if (a == "--warmup") pass.push_back(a), pass.push_back(std::to_string(parse_count(a, v, 0, 100000)));
-      if (a == "--paths") {
-        for (size_t p = 0; p <= v.size();) {
-          size_t q = v.find(',', p);
-          if (q == std::string::npos) q = v.size();
-          parse_choice("--paths", v.substr(p, q - p), {"auto", "proxy-cuda-ipc", "proxy-libfabric"});
-          p = q + 1;
-        }
-        pass.push_back(a), pass.push_back(v);
-      }
-      if (a == "--timeout-s") timeout_s = parse_seconds(a, v, 1e-3, 86400);
-      if (a == "--json") out.json = true;
-      if (a == "--plot") out.plot = v;
-    }
-    if (!out.plot.empty()) check_plot_available();
-  } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "anyep bench ll: %s\n%s", e.what(), help_text(cmd).c_str());
-    return kExitUsage;
-  }
+    if (a == "--timeout-s") timeout_s = parse_seconds(a, v, 1e-3, 86400);
+    read_output_option(out, a, v);
+  };
+  if (const auto rc = parse_command(cmd, argc, argv, first, "anyep bench ll", each)) return *rc;
   // What it needs, each refusal saying which is missing.
   std::string why;
   const std::vector<Gpu> gpus = list_gpus(&why);
@@ -186,15 +176,7 @@ int bench_ht(int argc, char** argv, int first) {
                          "this command will run its benchmark once it lands.",
                          {},
                          "exit status: 77 (cannot run: HT mode is not implemented yet), 2 bad command line\n"};
-  try {
-    if (parse_args(c, argc, argv, first).help) {
-      std::fputs(help_text(c).c_str(), stdout);
-      return kExitOk;
-    }
-  } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "anyep bench ht: %s\n%s", e.what(), help_text(c).c_str());
-    return kExitUsage;
-  }
+  if (const auto rc = parse_command(c, argc, argv, first, "anyep bench ht", [](auto&, auto&) {})) return *rc;
   std::fprintf(stderr, "anyep bench ht: cannot run: high-throughput mode is not implemented yet\n");
   return kExitCannotRun;
 }

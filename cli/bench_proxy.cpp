@@ -57,16 +57,16 @@ Command command(const char* prog) {
       "The CPU proxy pipeline across local processes, no GPU used: producers (playing GPU warps) -> channel\n"
       "rings -> proxy threads -> transport -> ordering engine -> counters; every byte a signal vouches for is\n"
       "checked by its receiver, and the run ends with exact signal counts.",
-      {{"--ranks", "R", "processes (ranks), 1..64 [4]"},
-       {"--threads", "T", "proxy threads per rank, 1..4 [2]"},
-       {"--provider", "P", "shm | tcp (libfabric, a process per rank) | loopback (threads of one process) [shm]"},
-       {"--rounds", "N", "LL rounds per producer, 1..10000000 (HT chunks: 2N) [1000]"},
-       {"--seed", "S", "workload seed, 0..2^64-1 [20261122]"},
-       {"--timeout-s", "S", "data-path wait limit in a rank, seconds (0, 3600] [25]"},
-       {"--liveness-s", "S", "a rank without heartbeat this long is reported stopped, (0, 3600] [10]"},
-       {"--job-timeout-s", "S", "the whole job, seconds (0, 86400] [3600]"},
-       {"--json", nullptr, "print the results as one JSON document on stdout (the table goes to stderr)"},
-       {"--plot", "FILE.png", "plot the latency percentiles (needs python3 with matplotlib)"}},
+      with_output_options(
+          {{"--ranks", "R", "processes (ranks), 1..64 [4]"},
+           {"--threads", "T", "proxy threads per rank, 1..4 [2]"},
+           {"--provider", "P", "shm | tcp (libfabric, a process per rank) | loopback (threads of one process) [shm]"},
+           {"--rounds", "N", "LL rounds per producer, 1..10000000 (HT chunks: 2N) [1000]"},
+           {"--seed", "S", "workload seed, 0..2^64-1 [20261122]"},
+           {"--timeout-s", "S", "data-path wait limit in a rank, seconds (0, 3600] [25]"},
+           {"--liveness-s", "S", "a rank without heartbeat this long is reported stopped, (0, 3600] [10]"},
+           {"--job-timeout-s", "S", "the whole job, seconds (0, 86400] [3600]"}},
+          "plot the latency percentiles (needs python3 with matplotlib)"),
       "exit status: 0 passed, 1 the job failed, 2 bad command line or provider not available\n"};
 }
 
@@ -191,39 +191,18 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
   double liveness_s = 10, job_timeout_s = 3600;
   const Command cmd = command(prog);
   OutputOptions out;
-  try {
-    const Parsed args = parse_args(cmd, argc, argv, first);
-    if (args.help) {
-      std::fputs(help_text(cmd).c_str(), stdout);
-      return kExitOk;
-    }
-    for (const auto& [a, v] : args.values) {
-      if (a == "--ranks")
-        ranks = uint32_t(parse_count(a, v, 1, 64));
-      else if (a == "--threads")
-        threads = uint32_t(parse_count(a, v, 1, w.producers + 1));
-      else if (a == "--provider")
-        provider = parse_choice(a, v, {"shm", "tcp", "loopback"});
-      else if (a == "--rounds")
-        w.ll_rounds = uint32_t(parse_count(a, v, 1, 10000000)), w.ht_chunks = 2 * w.ll_rounds;
-      else if (a == "--seed")
-        w.seed = parse_count(a, v, 0, UINT64_MAX);
-      else if (a == "--timeout-s")
-        w.timeout_s = parse_seconds(a, v, 1e-3, 3600);
-      else if (a == "--liveness-s")
-        liveness_s = parse_seconds(a, v, 1e-3, 3600);
-      else if (a == "--job-timeout-s")
-        job_timeout_s = parse_seconds(a, v, 1e-3, 86400);
-      else if (a == "--json")
-        out.json = true;
-      else if (a == "--plot")
-        out.plot = v;
-    }
-    if (!out.plot.empty()) check_plot_available();
-  } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "%s: %s\n%s", prog, e.what(), help_text(cmd).c_str());
-    return kExitUsage;
-  }
+  const auto each = [&](const std::string& a, const std::string& v) {
+    if (a == "--ranks") ranks = uint32_t(parse_count(a, v, 1, 64));
+    if (a == "--threads") threads = uint32_t(parse_count(a, v, 1, w.producers + 1));
+    if (a == "--provider") provider = parse_choice(a, v, {"shm", "tcp", "loopback"});
+    if (a == "--rounds") w.ll_rounds = uint32_t(parse_count(a, v, 1, 10000000)), w.ht_chunks = 2 * w.ll_rounds;
+    if (a == "--seed") w.seed = parse_count(a, v, 0, UINT64_MAX);
+    if (a == "--timeout-s") w.timeout_s = parse_seconds(a, v, 1e-3, 3600);
+    if (a == "--liveness-s") liveness_s = parse_seconds(a, v, 1e-3, 3600);
+    if (a == "--job-timeout-s") job_timeout_s = parse_seconds(a, v, 1e-3, 86400);
+    read_output_option(out, a, v);
+  };
+  if (const auto rc = parse_command(cmd, argc, argv, first, prog, each)) return *rc;
   w.ranks = ranks;
   ::setenv("FI_TCP_IFACE", "lo", 0);  // 127.0.0.1 only
   // No silent fallback: loopback only when asked for by name.

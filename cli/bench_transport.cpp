@@ -37,17 +37,17 @@ const Command& command() {
       "anyep bench transport [options]",
       "Two processes on this machine (rank 0 sends, rank 1 answers) over an anyep transport: bandwidth and\n"
       "one-way latency for message sizes from --min to --max (x4 each step), with progress per size.",
-      {{"--providers", "LIST",
-        "comma list of shm, tcp, efa, verbs, cxi, libfabric [shm,tcp] (unavailable ones are "
-        "reported and skipped)"},
-       {"--min", "BYTES", "smallest message, 1..2^30 [64]"},
-       {"--max", "BYTES", "largest message, 1..2^30 [4194304]"},
-       {"--window", "W", "writes in flight in the bandwidth test, 1..1024 [64]"},
-       {"--bytes-per-point", "BYTES", "bytes sent per size in the bandwidth test, 1..2^40 [67108864]"},
-       {"--pingpongs", "N", "round trips per size in the latency test, 1..1000000 [1000]"},
-       {"--timeout-s", "S", "longest wait for one message or acknowledgement, seconds (0, 3600] [30]"},
-       {"--json", nullptr, "print the results as one JSON document on stdout (the table goes to stderr)"},
-       {"--plot", "FILE.png", "plot bandwidth and latency by size (needs python3 with matplotlib)"}},
+      with_output_options(
+          {{"--providers", "LIST",
+            "comma list of shm, tcp, efa, verbs, cxi, libfabric [shm,tcp] (unavailable ones are "
+            "reported and skipped)"},
+           {"--min", "BYTES", "smallest message, 1..2^30 [64]"},
+           {"--max", "BYTES", "largest message, 1..2^30 [4194304]"},
+           {"--window", "W", "writes in flight in the bandwidth test, 1..1024 [64]"},
+           {"--bytes-per-point", "BYTES", "bytes sent per size in the bandwidth test, 1..2^40 [67108864]"},
+           {"--pingpongs", "N", "round trips per size in the latency test, 1..1000000 [1000]"},
+           {"--timeout-s", "S", "longest wait for one message or acknowledgement, seconds (0, 3600] [30]"}},
+          "plot bandwidth and latency by size (needs python3 with matplotlib)"),
       "exit status: 0 done, 1 failed, 2 bad command line, 77 none of the providers is available here\n"};
   return c;
 }
@@ -209,38 +209,23 @@ int bench_transport(int argc, char** argv, int first) {
   const Command& cmd = command();
   OutputOptions out;
   Opts o;
-  try {
-    const Parsed args = parse_args(cmd, argc, argv, first);
-    if (args.help) {
-      std::fputs(help_text(cmd).c_str(), stdout);
-      return kExitOk;
-    }
-    for (const auto& [a, v] : args.values) {
-      if (a == "--providers") {
-        o.providers.clear();
-        for (size_t p = 0; p <= v.size();) {
-          size_t q = v.find(',', p);
-          if (q == std::string::npos) q = v.size();
-          o.providers.push_back(
-              parse_choice(a, v.substr(p, q - p), {"shm", "tcp", "efa", "verbs", "cxi", "libfabric"}));
-          p = q + 1;
-        }
-      }
-      if (a == "--min") o.min_size = parse_count(a, v, 1, 1ull << 30);
-      if (a == "--max") o.max_size = parse_count(a, v, 1, 1ull << 30);
-      if (a == "--window") o.window = static_cast<uint32_t>(parse_count(a, v, 1, 1024));
-      if (a == "--bytes-per-point") o.bytes_per_point = parse_count(a, v, 1, 1ull << 40);
-      if (a == "--pingpongs") o.pingpongs = static_cast<uint32_t>(parse_count(a, v, 1, 1000000));
-      if (a == "--timeout-s") o.timeout_s = parse_seconds(a, v, 1e-3, 3600);
-      if (a == "--json") out.json = true;
-      if (a == "--plot") out.plot = v;
-    }
-    if (o.min_size > o.max_size)
-      throw InvalidArgument("--min=" + std::to_string(o.min_size) +
-                            " is larger than --max=" + std::to_string(o.max_size));
-    if (!out.plot.empty()) check_plot_available();
-  } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "anyep bench transport: %s\n%s", e.what(), help_text(cmd).c_str());
+  const auto each = [&](const std::string& a, const std::string& v) {
+    if (a == "--providers")
+      o.providers = split_list(v, [&](const std::string& p) {
+        return parse_choice(a, p, {"shm", "tcp", "efa", "verbs", "cxi", "libfabric"});
+      });
+    if (a == "--min") o.min_size = parse_count(a, v, 1, 1ull << 30);
+    if (a == "--max") o.max_size = parse_count(a, v, 1, 1ull << 30);
+    if (a == "--window") o.window = static_cast<uint32_t>(parse_count(a, v, 1, 1024));
+    if (a == "--bytes-per-point") o.bytes_per_point = parse_count(a, v, 1, 1ull << 40);
+    if (a == "--pingpongs") o.pingpongs = static_cast<uint32_t>(parse_count(a, v, 1, 1000000));
+    if (a == "--timeout-s") o.timeout_s = parse_seconds(a, v, 1e-3, 3600);
+    read_output_option(out, a, v);
+  };
+  if (const auto rc = parse_command(cmd, argc, argv, first, "anyep bench transport", each)) return *rc;
+  if (o.min_size > o.max_size) {
+    std::fprintf(stderr, "anyep bench transport: --min=%llu is larger than --max=%llu\n",
+                 static_cast<unsigned long long>(o.min_size), static_cast<unsigned long long>(o.max_size));
     return kExitUsage;
   }
   ::setenv("FI_TCP_IFACE", "lo", 0);  // 127.0.0.1 only

@@ -346,13 +346,10 @@ void print_text(const Json& doc, FILE* f) {
 int info(int argc, char** argv, int first) {
   const Command& cmd = command();
   bool json = false;
+  if (const auto rc = parse_command(cmd, argc, argv, first, "anyep info",
+                                    [&](const std::string& a, const std::string&) { json = json || a == "--json"; }))
+    return *rc;
   try {
-    const Parsed args = parse_args(cmd, argc, argv, first);
-    if (args.help) {
-      std::fputs(help_text(cmd).c_str(), stdout);
-      return kExitOk;
-    }
-    json = args.has("--json");
     Json doc = Json::object();
     doc.set("build", build_json());
     std::string gpu_why;

@@ -125,6 +125,24 @@ void check_plot_available() {
                         " (Debian: apt-get install python3-matplotlib)");
 }
 
+std::vector<OptionSpec> with_output_options(std::vector<OptionSpec> own, const char* plot_help) {
+  own.push_back({"--json", nullptr, "print the results as one JSON document on stdout (the table goes to stderr)"});
+  own.push_back({"--plot", "FILE.png", plot_help});
+  return own;
+}
+
+bool read_output_option(OutputOptions& out, const std::string& option, const std::string& value) {
+  if (option == "--json") {
+    out.json = true;
+  } else if (option == "--plot") {
+    check_plot_available();
+    out.plot = value;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 bool emit(const Report& r, const OutputOptions& out, const std::string& command) {
   print_table(r, human(out));
   Json doc = Json::object();

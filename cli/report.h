@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "args.h"
 #include "json.h"
 
 namespace anyep::cli {
@@ -50,6 +51,11 @@ struct OutputOptions {
 // Checked before a run: --plot needs python3 with matplotlib. Throws InvalidArgument saying what
 // is missing.
 void check_plot_available();
+
+// `own` options followed by --json and --plot (`plot_help`: what the plot shows).
+std::vector<OptionSpec> with_output_options(std::vector<OptionSpec> own, const char* plot_help);
+// Takes --json / --plot into `out` (checking that a plot can be drawn); false for other options.
+bool read_output_option(OutputOptions& out, const std::string& option, const std::string& value);
 
 // Prints the table (stdout, or stderr with --json), the JSON document (stdout, with --json) and
 // writes the plot (--plot). `command` is the command line. Returns false if the plot failed.

@@ -90,13 +90,13 @@ std::string check_ll_path(const char* text) {
 
 }  // namespace
 
-const char* c_dtype_name(anyep_dtype_t t) {
+const char* c_dtype_name(int32_t t) {
   for (const DTypeName& d : kDTypes)
     if (d.c == t) return d.name;
   return "ANYEP_DTYPE_INVALID";
 }
 
-const char* mode_name(anyep_mode_t m) {
+const char* mode_name(int32_t m) {
   switch (m) {
     case ANYEP_MODE_LL:
       return "ANYEP_MODE_LL";
@@ -108,11 +108,11 @@ const char* mode_name(anyep_mode_t m) {
   return "an unknown mode";
 }
 
-runtime::DType to_dtype(anyep_dtype_t t, const char* what) {
+runtime::DType to_dtype(int32_t t, const char* what) {
   for (const DTypeName& d : kDTypes)
     if (d.c == t) return d.rt;
   if (t == ANYEP_DTYPE_INVALID) throw bad(what, "is not set (ANYEP_DTYPE_INVALID)");
-  throw bad(what, "is " + to_string(static_cast<long long>(t)) + ", not an anyep_dtype_t value");
+  throw bad(what, "is " + to_string(t) + ", not an anyep_dtype_t value");
 }
 
 anyep_dtype_t to_c_dtype(runtime::DType t) {
@@ -124,14 +124,15 @@ anyep_dtype_t to_c_dtype(runtime::DType t) {
 GroupSpec read_config(const anyep_config_t* cfg_in) {
   const anyep_config_t c = read_versioned(cfg_in);
   GroupSpec s;
-  if (c.mode != ANYEP_MODE_LL && c.mode != ANYEP_MODE_HT && c.mode != ANYEP_MODE_BOTH)
-    throw bad("cfg->mode", "is " + to_string(static_cast<long long>(c.mode)) +
-                               ", not ANYEP_MODE_LL (1), ANYEP_MODE_HT (2) or ANYEP_MODE_BOTH (3)");
-  if (c.mode == ANYEP_MODE_HT)
+  const int32_t mode = raw_enum(c.mode);
+  if (mode != ANYEP_MODE_LL && mode != ANYEP_MODE_HT && mode != ANYEP_MODE_BOTH)
+    throw bad("cfg->mode",
+              "is " + to_string(mode) + ", not ANYEP_MODE_LL (1), ANYEP_MODE_HT (2) or ANYEP_MODE_BOTH (3)");
+  if (mode == ANYEP_MODE_HT)
     throw Unsupported(
         "cfg->mode is ANYEP_MODE_HT: high-throughput mode is not supported yet (it is being built); use "
         "ANYEP_MODE_LL, or ANYEP_MODE_BOTH whose HT handles are refused until it lands");
-  s.mode = c.mode;
+  s.mode = static_cast<anyep_mode_t>(mode);
   if (c.num_ranks < 1) throw bad("cfg->num_ranks", "is " + to_string(c.num_ranks) + ", must be at least 1");
   if (c.rank < 0 || c.rank >= c.num_ranks)
     throw bad("cfg->rank", "is " + to_string(c.rank) + ", outside [0, num_ranks=" + to_string(c.num_ranks) + ")");
@@ -159,14 +160,14 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
   const ll::Layout g = runtime::validate_layout(s.max_tokens, s.hidden, s.num_experts, unbounded);
   const int64_t need = static_cast<int64_t>(g.total_bytes());
 
-  s.dispatch_dtype = to_dtype(c.dispatch_dtype, "cfg->dispatch_dtype");
+  s.dispatch_dtype = to_dtype(raw_enum(c.dispatch_dtype), "cfg->dispatch_dtype");
   if (s.dispatch_dtype != runtime::DType::kBFloat16 && s.dispatch_dtype != runtime::DType::kFloat8_e4m3fn)
-    throw bad("cfg->dispatch_dtype", std::string("is ") + c_dtype_name(c.dispatch_dtype) +
+    throw bad("cfg->dispatch_dtype", std::string("is ") + c_dtype_name(raw_enum(c.dispatch_dtype)) +
                                          ": dispatch delivers ANYEP_BFLOAT16 or ANYEP_FLOAT8_E4M3");
-  s.combine_dtype = to_dtype(c.combine_dtype, "cfg->combine_dtype");
+  s.combine_dtype = to_dtype(raw_enum(c.combine_dtype), "cfg->combine_dtype");
   if (s.combine_dtype != runtime::DType::kBFloat16)
-    throw bad("cfg->combine_dtype",
-              std::string("is ") + c_dtype_name(c.combine_dtype) + ": combine takes and returns ANYEP_BFLOAT16");
+    throw bad("cfg->combine_dtype", std::string("is ") + c_dtype_name(raw_enum(c.combine_dtype)) +
+                                        ": combine takes and returns ANYEP_BFLOAT16");
   constexpr uint32_t kKnownFlags = ANYEP_CONFIG_ROUND_SCALE | ANYEP_CONFIG_UE8M0;
   if (c.flags & ~kKnownFlags)
     throw bad("cfg->flags", "has unknown bits " + to_string(c.flags & ~kKnownFlags) + " (known: ANYEP_CONFIG_*)");
@@ -204,8 +205,8 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
   s.allocator = c.allocator;
 
   const anyep_bootstrap_t& b = c.bootstrap;
-  s.bootstrap = b.kind;
-  if (b.kind == ANYEP_BOOTSTRAP_TCP) {
+  const int32_t kind = raw_enum(b.kind);
+  if (kind == ANYEP_BOOTSTRAP_TCP) {
     if (b.tcp_host == nullptr || *b.tcp_host == 0)
       throw bad("cfg->bootstrap.tcp_host", "is empty: name rank 0's address (e.g. \"127.0.0.1\")");
     s.tcp_host = b.tcp_host;
@@ -215,14 +216,15 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
                                                        : "is 0: give every rank the port rank 0 listens on");
     s.tcp_port = b.tcp_port;
     s.tcp_listen_fd = has_fd ? b.tcp_listen_fd : -1;
-  } else if (b.kind == ANYEP_BOOTSTRAP_ALLGATHER) {
+  } else if (kind == ANYEP_BOOTSTRAP_ALLGATHER) {
     if (b.allgather == nullptr) throw bad("cfg->bootstrap.allgather", "is NULL with kind ANYEP_BOOTSTRAP_ALLGATHER");
     s.allgather = b.allgather;
     s.allgather_user = b.allgather_user;
   } else {
-    throw bad("cfg->bootstrap.kind", "is " + to_string(static_cast<long long>(b.kind)) +
-                                         ", not ANYEP_BOOTSTRAP_TCP (1) or ANYEP_BOOTSTRAP_ALLGATHER (2)");
+    throw bad("cfg->bootstrap.kind",
+              "is " + to_string(kind) + ", not ANYEP_BOOTSTRAP_TCP (1) or ANYEP_BOOTSTRAP_ALLGATHER (2)");
   }
+  s.bootstrap = static_cast<anyep_bootstrap_kind_t>(kind);
   return s;
 }
 
@@ -233,7 +235,7 @@ runtime::TensorRef tensor_ref(const anyep_tensor_t* t, const char* name, bool re
     return r;
   }
   const std::string n(name);
-  r.dtype = to_dtype(t->dtype, (n + ".dtype").c_str());
+  r.dtype = to_dtype(raw_enum(t->dtype), (n + ".dtype").c_str());
   if (t->ndim < 0 || t->ndim > ANYEP_MAX_DIMS)
     throw bad(n + ".ndim", "is " + to_string(t->ndim) + ", outside [0, " + to_string(ANYEP_MAX_DIMS) + "]");
   r.ndim = t->ndim;

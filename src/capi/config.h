@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "anyep/anyep.h"
@@ -41,12 +42,22 @@ struct GroupSpec {
 // the unknown tail zero) and checks every field. HT modes are refused with Unsupported.
 GroupSpec read_config(const anyep_config_t* cfg);
 
-// The runtime dtype of a C dtype; InvalidArgument naming `what` for a value outside the enum.
-runtime::DType to_dtype(anyep_dtype_t t, const char* what);
+// The bits of a C enum argument, read without loading the enum: a C caller may pass any int, and
+// loading a C++ enum of a value outside its range is undefined (UBSan's -fsanitize=enum).
+template <typename E>
+int32_t raw_enum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "C enums are int-sized");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+// The runtime dtype of a C dtype's bits; InvalidArgument naming `what` for a value outside the enum.
+runtime::DType to_dtype(int32_t t, const char* what);
 anyep_dtype_t to_c_dtype(runtime::DType t);
-// "ANYEP_BFLOAT16"
-const char* c_dtype_name(anyep_dtype_t t);
-const char* mode_name(anyep_mode_t m);
+// "ANYEP_BFLOAT16" ("ANYEP_DTYPE_INVALID" for another value), "ANYEP_MODE_LL" ("an unknown mode").
+const char* c_dtype_name(int32_t t);
+const char* mode_name(int32_t m);
 
 // The runtime descriptor of a C tensor argument (NULL: InvalidArgument "<name> is NULL" when
 // required, an absent tensor when not). Checks ndim, sizes and the dtype enum.

@@ -72,15 +72,13 @@ void check_records(const GroupRecord& mine, const std::vector<std::vector<uint8_
     };
     differ("library version", text(o.library, sizeof o.library), text(mine.library, sizeof mine.library));
     differ("num_ranks", to_string(o.num_ranks), to_string(mine.num_ranks));
-    differ("mode", mode_name(static_cast<anyep_mode_t>(o.mode)), mode_name(static_cast<anyep_mode_t>(mine.mode)));
+    differ("mode", mode_name(o.mode), mode_name(mine.mode));
     differ("device", o.gpu ? "a GPU" : "ANYEP_DEVICE_NONE", mine.gpu ? "a GPU" : "ANYEP_DEVICE_NONE");
     differ("num_experts", to_string(o.num_experts), to_string(mine.num_experts));
     differ("max_tokens_per_rank", to_string(o.max_tokens), to_string(mine.max_tokens));
     differ("hidden", to_string(o.hidden), to_string(mine.hidden));
-    differ("dispatch_dtype", c_dtype_name(static_cast<anyep_dtype_t>(o.dispatch_dtype)),
-           c_dtype_name(static_cast<anyep_dtype_t>(mine.dispatch_dtype)));
-    differ("combine_dtype", c_dtype_name(static_cast<anyep_dtype_t>(o.combine_dtype)),
-           c_dtype_name(static_cast<anyep_dtype_t>(mine.combine_dtype)));
+    differ("dispatch_dtype", c_dtype_name(o.dispatch_dtype), c_dtype_name(mine.dispatch_dtype));
+    differ("combine_dtype", c_dtype_name(o.combine_dtype), c_dtype_name(mine.combine_dtype));
     differ("flags", to_string(o.flags), to_string(mine.flags));
     differ("ll_buffer_bytes (resolved)", to_string(o.ll_bytes), to_string(mine.ll_bytes));
     differ("ht_buffer_bytes", to_string(o.ht_bytes), to_string(mine.ht_bytes));

@@ -33,7 +33,7 @@ void expect_nothing_staged(const Handle& h) {
                           " has not been completed: call anyep_complete first");
 }
 
-std::shared_ptr<Handle> create(anyep_group_t group, anyep_mode_t mode, const anyep_tensor_t* topk_idx) {
+std::shared_ptr<Handle> create(anyep_group_t group, int32_t mode, const anyep_tensor_t* topk_idx) {
   auto h = std::make_shared<Handle>();
   h->group = groups().get(id_of(group));
   const Group& g = *h->group;
@@ -42,9 +42,8 @@ std::shared_ptr<Handle> create(anyep_group_t group, anyep_mode_t mode, const any
     throw Unsupported(
         "mode ANYEP_MODE_HT: high-throughput mode is not supported yet (it is being built); use ANYEP_MODE_LL");
   if (mode != ANYEP_MODE_LL)
-    throw InvalidArgument("mode is " + to_string(static_cast<long long>(mode)) +
-                          ": a handle is ANYEP_MODE_LL (1) or ANYEP_MODE_HT (2)");
-  h->mode = mode;
+    throw InvalidArgument("mode is " + to_string(mode) + ": a handle is ANYEP_MODE_LL (1) or ANYEP_MODE_HT (2)");
+  h->mode = ANYEP_MODE_LL;
   h->topk_idx = tensor_ref(topk_idx, "topk_idx");
   const runtime::TensorRef& t = h->topk_idx;
   if (t.dtype != runtime::DType::kInt64)
@@ -203,7 +202,7 @@ extern "C" anyepStatus anyep_handle_create(anyep_group_t group, anyep_mode_t mod
     require(handle, "handle");
     *handle = nullptr;
     require(group, "group");
-    *handle = as_opaque<anyep_handle>(handles().add(create(group, mode, topk_idx)));
+    *handle = as_opaque<anyep_handle>(handles().add(create(group, raw_enum(mode), topk_idx)));
   });
 }
 

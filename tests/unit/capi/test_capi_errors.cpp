@@ -17,6 +17,16 @@ namespace {
 
 static_assert(offsetof(anyep_config_t, struct_size) == 0, "struct_size is the first field");
 
+// A C caller may put any int where the API has an enum; C++ may not even load such a value. The
+// tests write the bits (set_raw), and call with an int where a C caller would pass one (as_c_int).
+template <typename E>
+void set_raw(E& field, int32_t v) {
+  static_assert(sizeof(E) == sizeof v, "C enums are int-sized");
+  std::memcpy(&field, &v, sizeof v);
+}
+using HandleCreateC = anyepStatus (*)(anyep_group_t, int32_t, const anyep_tensor_t*, anyep_handle_t*);
+using StatusNameC = const char* (*)(int32_t);
+
 // One-rank allgather: the contribution is the result.
 int self_allgather(const void* send, void* recv, size_t bytes, void*) {
   std::memcpy(recv, send, bytes);
@@ -92,7 +102,7 @@ class GpuFree : public ::testing::Test {
 TEST(CApi, VersionAndStatusNames) {
   EXPECT_STREQ(anyep_version(), ANYEP_VERSION_STRING);
   EXPECT_STREQ(anyepStatusName(anyepUnsupported), "anyepUnsupported");
-  EXPECT_STREQ(anyepStatusName(static_cast<anyepStatus>(99)), "anyepUnknownStatus");
+  EXPECT_STREQ(reinterpret_cast<StatusNameC>(&anyepStatusName)(99), "anyepUnknownStatus");
 }
 
 TEST(CApi, NullPointersAreRefusedByName) {
@@ -181,10 +191,7 @@ struct ConfigCase {
 
 TEST(CApi, EveryConfigFieldIsChecked) {
   const ConfigCase cases[] = {
-      {"mode out of enum",
-       [](anyep_config_t& c) { c.mode = static_cast<anyep_mode_t>(7); },
-       anyepInvalidArgument,
-       {"cfg->mode is 7"}},
+      {"mode out of enum", [](anyep_config_t& c) { set_raw(c.mode, 7); }, anyepInvalidArgument, {"cfg->mode is 7"}},
       {"HT mode",
        [](anyep_config_t& c) { c.mode = ANYEP_MODE_HT; },
        anyepUnsupported,
@@ -215,7 +222,7 @@ TEST(CApi, EveryConfigFieldIsChecked) {
        anyepInvalidArgument,
        {"cfg->dispatch_dtype is ANYEP_INT32"}},
       {"dispatch dtype out of enum",
-       [](anyep_config_t& c) { c.dispatch_dtype = static_cast<anyep_dtype_t>(99); },
+       [](anyep_config_t& c) { set_raw(c.dispatch_dtype, 99); },
        anyepInvalidArgument,
        {"cfg->dispatch_dtype is 99, not an anyep_dtype_t value"}},
       {"dispatch dtype unset",
@@ -268,7 +275,7 @@ TEST(CApi, EveryConfigFieldIsChecked) {
        anyepInvalidArgument,
        {"cfg->allocator", "only one of alloc and free"}},
       {"bootstrap kind",
-       [](anyep_config_t& c) { c.bootstrap.kind = static_cast<anyep_bootstrap_kind_t>(9); },
+       [](anyep_config_t& c) { set_raw(c.bootstrap.kind, 9); },
        anyepInvalidArgument,
        {"cfg->bootstrap.kind is 9"}},
       {"allgather missing",
@@ -348,7 +355,8 @@ TEST_F(GpuFree, HandleRoutingIsChecked) {
   anyep_tensor_t idx = tensor(ANYEP_INT32, {4, 2});
   EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
                       {"topk_idx must be ANYEP_INT64, got ANYEP_INT32"}));
-  idx = tensor(static_cast<anyep_dtype_t>(42), {4, 2});
+  idx = tensor(ANYEP_INT64, {4, 2});
+  set_raw(idx.dtype, 42);
   EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
                       {"topk_idx.dtype is 42, not an anyep_dtype_t value"}));
   idx = tensor(ANYEP_INT64, {8});
@@ -379,8 +387,8 @@ TEST_F(GpuFree, HandleRoutingIsChecked) {
   idx = tensor(ANYEP_INT64, {4, 2});
   EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_HT, &idx, &h), anyepUnsupported,
                       {"ANYEP_MODE_HT", "not supported yet"}));
-  EXPECT_TRUE(
-      refused(anyep_handle_create(group, static_cast<anyep_mode_t>(5), &idx, &h), anyepInvalidArgument, {"mode is 5"}));
+  EXPECT_TRUE(refused(reinterpret_cast<HandleCreateC>(&anyep_handle_create)(group, 5, &idx, &h), anyepInvalidArgument,
+                      {"mode is 5"}));
   EXPECT_EQ(h, nullptr);
 }
 
