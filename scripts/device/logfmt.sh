@@ -22,7 +22,7 @@ ROOT=$PWD
 OUT=${OUT:-/tmp/anyep-logfmt-out}
 mkdir -p "$OUT/ll" "$OUT/deepep"
 CHECKS=${LOGFMT_CHECKS:-c_bad_input,c_bf16_random,c_logfmt,c_mask_rank,c_dead_rank,c_dead_rank_clean}
-WORLDS=${LOGFMT_WORLDS:-1proc_1gpu or 2proc_1gpu or 4proc_1gpu}
+WORLDS=${LOGFMT_WORLDS:-(1proc_1gpu or 2proc_1gpu or 4proc_1gpu) and not killed}
 STEPS=" ${LOGFMT_STEPS:-ll deepep} "
 rc_ll=0
 rc_deepep=0
