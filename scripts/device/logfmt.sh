@@ -10,19 +10,24 @@
 # skipped for lack of budget, 2 if DeepEP's tests are missing (after step 1 passed).
 #
 # Device call (kind nvidia-h100-x1 or nvidia-h200; carry [".deps", ".carry"]), repository root:
-#   bash scripts/device/logfmt.sh            (timeout_s 600)
-# Knobs: LOGFMT_CHECKS (pytest checks), LOGFMT_WORLDS (pytest -k), LL_BUDGET_S (step 1, default
-# 400), DEEPEP_LL_S (step 2, default 150).
+#   bash scripts/device/logfmt.sh            (timeout_s 600; both steps)
+# or in two calls on the same warm machine (the second reuses the build):
+#   LOGFMT_STEPS=ll bash scripts/device/logfmt.sh
+#   LOGFMT_STEPS=deepep bash scripts/device/logfmt.sh
+# Knobs: LOGFMT_STEPS ("ll deepep"), LOGFMT_CHECKS (pytest checks), LOGFMT_WORLDS (pytest -k),
+# LL_BUDGET_S (step 1, default 400), DEEPEP_LL_S (step 2, default 150).
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/anyep-logfmt-out}
 mkdir -p "$OUT/ll" "$OUT/deepep"
 CHECKS=${LOGFMT_CHECKS:-c_bad_input,c_bf16_random,c_logfmt,c_mask_rank,c_dead_rank,c_dead_rank_clean}
-WORLDS=${LOGFMT_WORLDS:-1proc_1gpu or 2proc_1gpu or 4proc_1gpu}
+WORLDS=${LOGFMT_WORLDS:-(1proc_1gpu or 2proc_1gpu or 4proc_1gpu) and not killed}
+STEPS=" ${LOGFMT_STEPS:-ll deepep} "
 rc_ll=0
 rc_deepep=0
 
+if [[ $STEPS == *" ll "* ]]; then
 echo "== 1. LL tests: checks $CHECKS; worlds: $WORLDS"
 OUT=$OUT/ll LL_CHECKS=$CHECKS LL_WORLDS=$WORLDS LL_BUDGET_S=${LL_BUDGET_S:-400} LL_PYTEST_S=${LL_PYTEST_S:-300} \
   bash scripts/device/ll.sh > "$OUT/ll.txt" 2>&1 || rc_ll=$?
@@ -50,9 +55,12 @@ for check, res in sorted(rows.items()):
 PY
 echo "-- per-rank progress of the LogFMT and elastic-clean checks"
 grep -hE "rank [0-9]+: (c_logfmt|c_dead_rank_clean): " "$OUT/ll/pytest2.log" 2>/dev/null | head -60
+fi
 
-echo "== 2. DeepEP's test_low_latency.py --use-logfmt"
-if [ -f "${DEEPEP_TESTS:-.carry/deepep}/test_low_latency.py" ]; then
+if [[ $STEPS != *" deepep "* ]]; then
+  echo "== 2. DeepEP's test: not in LOGFMT_STEPS"
+elif [ -f "${DEEPEP_TESTS:-.carry/deepep}/test_low_latency.py" ]; then
+  echo "== 2. DeepEP's test_low_latency.py --use-logfmt"
   OUT=$OUT/deepep DEEPEP_RUNS=logfmt DEEPEP_LL_S=${DEEPEP_LL_S:-150} bash scripts/device/deepep_tests.sh \
     > "$OUT/deepep.txt" 2>&1 || rc_deepep=$?
   cat "$OUT/deepep.txt"
