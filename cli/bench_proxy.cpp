@@ -285,10 +285,9 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
         rt.insert(rt.end(), res[r].ll_round_trip_ns.begin(), res[r].ll_round_trip_ns.end());
         q.insert(q.end(), res[r].quiet_ns.begin(), res[r].quiet_ns.end());
       }
-      const Report rep =
-          report(sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), true,
-                 cl.rank(0).proxy->bypass() ? "bypassed (loopback lands writes in order)"
-                                            : "on (the transport may reorder)");
+      const Report rep = report(
+          sums, rt, q, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), true,
+          cl.rank(0).proxy->bypass() ? "bypassed (loopback lands writes in order)" : "on (the transport may reorder)");
       return emit(with_config(rep, ranks, threads, provider, w), out, command_line) ? kExitOk : kExitFailed;
     }
     std::fprintf(text, "  transport: libfabric %s, every rank its own process, TCP bootstrap on 127.0.0.1\n",
