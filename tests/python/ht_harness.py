@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 from ll_harness import Ctx as LLCtx
-from ll_harness import Progress, poison_like, wait_gpu
+from ll_harness import Progress, poison_like, select_checks, wait_gpu
+from ll_harness import timeout_selected as ll_timeout_selected
 
 FP8_MAX = 448.0
 MAX_HIDDEN = 7168
@@ -750,24 +751,11 @@ ALL_CHECKS = [c_bad_input] + [case_check(case, 100 + i) for i, case in enumerate
     [c_default_config, c_async_previous_event, c_cuda_graph, c_back_to_back, c_both_modes_one_buffer]
 
 
-def selected_checks():
-    """ANYEP_TEST_HT_CHECKS=name,name,... runs only those checks; unset: all."""
-    names = [n.strip() for n in os.environ.get("ANYEP_TEST_HT_CHECKS", "").split(",") if n.strip()]
-    if not names:
-        return list(ALL_CHECKS)
-    by_name = {c.__name__: c for c in ALL_CHECKS}
-    unknown = [n for n in names if n not in by_name and n != "c_timeout"]
-    if unknown:
-        raise ValueError(f"ANYEP_TEST_HT_CHECKS names unknown checks {unknown}; known: {sorted(by_name)} and c_timeout")
-    return [by_name[n] for n in names if n in by_name]
-
-
 def timeout_selected():
-    names = os.environ.get("ANYEP_TEST_HT_CHECKS", "")
-    return not names.strip() or "c_timeout" in names.split(",")
+    return ll_timeout_selected("ANYEP_TEST_HT_CHECKS")
 
 
-CHECKS = selected_checks()
+CHECKS = select_checks(ALL_CHECKS, "ANYEP_TEST_HT_CHECKS")
 
 
 def settle(buf, progress):

@@ -677,24 +677,25 @@ ALL_CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_rec
               c_dead_rank_clean, c_200_iterations, c_deepep_shape]
 
 
-def selected_checks():
-    """ANYEP_TEST_LL_CHECKS=name,name,... runs only those checks (a short device run); unset: all."""
-    names = [n.strip() for n in os.environ.get("ANYEP_TEST_LL_CHECKS", "").split(",") if n.strip()]
+def select_checks(all_checks, env_name):
+    """`env_name`=name,name,... runs only those checks (a short device run); unset: all of
+    `all_checks`. c_timeout is named that way too (timeout_selected). Shared with ht_harness."""
+    names = [n.strip() for n in os.environ.get(env_name, "").split(",") if n.strip()]
     if not names:
-        return list(ALL_CHECKS)
-    by_name = {c.__name__: c for c in ALL_CHECKS}
+        return list(all_checks)
+    by_name = {c.__name__: c for c in all_checks}
     unknown = [n for n in names if n not in by_name and n != "c_timeout"]
     if unknown:
-        raise ValueError(f"ANYEP_TEST_LL_CHECKS names unknown checks {unknown}; known: {sorted(by_name)} and c_timeout")
+        raise ValueError(f"{env_name} names unknown checks {unknown}; known: {sorted(by_name)} and c_timeout")
     return [by_name[n] for n in names if n in by_name]
 
 
-def timeout_selected():
-    names = os.environ.get("ANYEP_TEST_LL_CHECKS", "")
+def timeout_selected(env_name="ANYEP_TEST_LL_CHECKS"):
+    names = os.environ.get(env_name, "")
     return not names.strip() or "c_timeout" in names.split(",")
 
 
-CHECKS = selected_checks()
+CHECKS = select_checks(ALL_CHECKS, "ANYEP_TEST_LL_CHECKS")
 
 
 def c_timeout(me, world, anyep):
