@@ -83,7 +83,7 @@ Json build_json() {
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   b.set("executable", n > 0 ? std::string(exe, static_cast<size_t>(n)) : std::string("?"));
   b.set("source_dir", ANYEP_SOURCE_DIR);
-  b.set("install_prefix", ANYEP_INSTALL_PREFIX);
+  b.set("configured_prefix", ANYEP_INSTALL_PREFIX);  // CMAKE_INSTALL_PREFIX at configure time
   // Where `import anyep` would come from (found, not imported: importing loads torch).
   const std::string tmp = temp_file(".txt");
   std::string why;
@@ -295,8 +295,9 @@ void print_text(const Json& doc, FILE* f) {
   const Json& b = *doc.find("build");
   std::fprintf(f, "anyep %s  (built with CUDA: %s, libfabric: %s)\n", get(b, "version").c_str(),
                get(b, "cuda") == "true" ? "yes" : "no", get(b, "libfabric") == "true" ? "yes" : "no");
-  std::fprintf(f, "  executable      %s\n  source          %s\n  install prefix  %s\n  python package  %s\n",
-               get(b, "executable").c_str(), get(b, "source_dir").c_str(), get(b, "install_prefix").c_str(),
+  std::fprintf(f,
+               "  executable         %s\n  source             %s\n  configured prefix  %s\n  python package     %s\n",
+               get(b, "executable").c_str(), get(b, "source_dir").c_str(), get(b, "configured_prefix").c_str(),
                get(b, "python_package").c_str());
   const Json& gpus = *doc.find("gpus");
   std::fprintf(f, "\nGPUs: %zu%s%s\n", gpus.items().size(), gpus.items().empty() ? ": " : "",

@@ -97,8 +97,11 @@ void print_table(const Report& r, FILE* f) {
   auto line = [&](const std::vector<std::string>& v) {
     std::string s = " ";
     for (size_t c = 0; c < v.size(); ++c) {
+      // Appended piecewise: GCC 12 -O3 warns (-Wrestrict, falsely) on "literal" + std::string.
       const std::string pad(w[c] > v[c].size() ? w[c] - v[c].size() : 0, ' ');
-      s += " " + (numeric[c] ? pad + v[c] : v[c] + pad);
+      s += ' ';
+      s += numeric[c] ? pad : v[c];
+      s += numeric[c] ? v[c] : pad;
     }
     while (!s.empty() && s.back() == ' ') s.pop_back();
     std::fprintf(f, "%s\n", s.c_str());
@@ -210,7 +213,10 @@ void Ticker::stop() {
 
 std::string join_args(int argc, char** argv) {
   std::string s;
-  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    if (i) s += ' ';
+    s += argv[i];
+  }
   return s;
 }
 

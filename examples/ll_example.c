@@ -665,17 +665,25 @@ static int pick_device(int rank, int* device) {
   return 0;
 }
 
+/* What a rank of the GPU part starts with: its device (EXIT_SKIP when there is none), a stream,
+ * every rank's inputs, and a group of the given dispatch dtype. */
+static int start_rank(const options* o, int rank, uint16_t port, int listen_fd, anyep_dtype_t dtype, world* w,
+                      anyep_group_t* g, int* device, cudaStream_t* stream) {
+  int rc;
+  if ((rc = pick_device(rank, device)) != 0) return rc;
+  CUDA_OK(cudaSetDevice(*device));
+  CUDA_OK(cudaStreamCreate(stream));
+  make_world(o, rank, w);
+  return make_group(o, rank, port, listen_fd, dtype, *device, g);
+}
+
 static int gpu_rank_bf16(const options* o, int rank, uint16_t port, int listen_fd) {
   world w;
   anyep_group_t g = NULL;
   anyepStatus async = anyepSuccess;
   cudaStream_t stream;
   int device = 0, rc;
-  if ((rc = pick_device(rank, &device)) != 0) return rc;
-  CUDA_OK(cudaSetDevice(device));
-  CUDA_OK(cudaStreamCreate(&stream));
-  make_world(o, rank, &w);
-  if (make_group(o, rank, port, listen_fd, ANYEP_BFLOAT16, device, &g)) return 1;
+  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_BFLOAT16, &w, &g, &device, &stream)) != 0) return rc;
   say("BF16 group of %d ranks on GPU %d: %d experts, %d tokens per rank, hidden %d, top-%d", o->ranks, device, w.E, w.T,
       w.H, w.K);
   rc = ll_round(&w, g, device, 0, stream);
@@ -694,11 +702,7 @@ static int gpu_rank_fp8(const options* o, int rank, uint16_t port, int listen_fd
   anyep_group_t g = NULL;
   cudaStream_t stream;
   int device = 0, rc;
-  if ((rc = pick_device(rank, &device)) != 0) return rc;
-  CUDA_OK(cudaSetDevice(device));
-  CUDA_OK(cudaStreamCreate(&stream));
-  make_world(o, rank, &w);
-  if (make_group(o, rank, port, listen_fd, ANYEP_FLOAT8_E4M3, device, &g)) return 1;
+  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_FLOAT8_E4M3, &w, &g, &device, &stream)) != 0) return rc;
   rc = fp8_round(&w, g, device, stream);
   ANYEP_OK(anyep_group_destroy(g));
   return rc;

@@ -35,6 +35,7 @@ fi
 export FI_TCP_IFACE=lo NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 ANYEP_TIMEOUT_S=${ANYEP_TIMEOUT_S:-10}
 if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc > /dev/null; then export PATH=/usr/local/cuda/bin:$PATH; fi
 PY=$(command -v python3)
+NGPUS=$("$PY" -c 'import torch;print(torch.cuda.device_count())' 2>/dev/null || nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 PARTS=${CAPI_PARTS:-c pip}
 summary=()
 START=$(date +%s)
@@ -143,6 +144,14 @@ PY
       if [ -f "$OUT/ll_smoke.log" ] && ! grep -q "ll_smoke: ok" "$OUT/ll_smoke.log"; then
         fail_note ll_smoke_ok "ll_smoke.py did not print 'ok'"
       fi
+      # `anyep bench ll` drives bench/ll/bench_ll.py with the venv's python3 and the installed package
+      # (ANYEP_BUILD_DIR points nowhere, so no build folder is put on sys.path); it needs 2 GPUs.
+      if [ "${NGPUS:-0}" -ge 2 ] && [ -x "$BUILD/cli/anyep" ]; then
+        step cli_bench_ll 200 env PATH="$VENV/bin:$PATH" ANYEP_BUILD_DIR=/nonexistent "$BUILD/cli/anyep" bench ll \
+          --iters 50 --warmup 10 --json
+      else
+        summary+=("$(printf '%-16s not run: needs 2 GPUs (%s visible) and the c part' cli_bench_ll "${NGPUS:-0}")")
+      fi
     fi
   fi
 fi
@@ -164,6 +173,7 @@ show pip_import 8
 [ -f "$OUT/readme_ll.py" ] && { echo "== README LL example run"; cat "$OUT/readme_ll.py"; }
 show readme_ll 12
 show ll_smoke 12
+show cli_bench_ll 30
 echo "== summary (rc 124: timeout; rc > 128: killed by signal rc-128)"
 printf '%s\n' "${summary[@]}"
 printf '%s\n' "${summary[@]}" | grep -qE 'rc=[1-9]|budget spent' && exit 1
