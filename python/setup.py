@@ -1,7 +1,15 @@
-"""pip install ./python  (on a machine with torch and the CUDA toolkit; use --no-build-isolation
-so the build sees the installed torch). Builds anyep._C with the repository's CMake
-(-DANYEP_PYTHON=ON) and packages it with the pure-Python packages anyep and deep_ep."""
+"""pip install ./python: builds anyep._C with the repository's CMake (-DANYEP_PYTHON=ON) and
+packages it with the pure-Python packages anyep and deep_ep. Metadata: pyproject.toml.
+
+On a machine with torch and the CUDA toolkit, with the build seeing the installed torch:
+    pip install --no-build-isolation ./python
+The libfabric proxy path is built when CMake finds libfabric (pkg-config or the default paths; add
+CMAKE_ARGS="-DCMAKE_PREFIX_PATH=<prefix>" for another place); ANYEP_REQUIRE_LIBFABRIC=1 makes a
+build without it an error. The version comes from project(anyep VERSION ...) in ../CMakeLists.txt,
+the one place it is written."""
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,15 +21,35 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def project_version():
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        m = re.search(r"project\(anyep\s+VERSION\s+([0-9]+\.[0-9]+\.[0-9]+)", f.read())
+    if not m:
+        raise RuntimeError(f"anyep: no 'project(anyep VERSION x.y.z)' in {ROOT}/CMakeLists.txt")
+    return m.group(1)
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
         os.makedirs(build_dir, exist_ok=True)
         args = ["cmake", "-S", ROOT, "-B", build_dir, "-DANYEP_PYTHON=ON", "-DANYEP_TESTS=OFF", "-DANYEP_BENCH=OFF",
-                "-DANYEP_LIBFABRIC=OFF", f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"]
+                f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"]
         if shutil.which("ninja"):
             args += ["-G", "Ninja"]
-        subprocess.check_call(args)
+        args += shlex.split(os.environ.get("CMAKE_ARGS", ""))
+        configure = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stdout.write(configure.stdout)
+        if configure.returncode != 0:
+            raise RuntimeError(f"anyep: CMake configure failed (exit {configure.returncode}); its output is above")
+        # What was found, said where pip -v shows it (and checked when asked).
+        summary = [line for line in configure.stdout.splitlines() if line.startswith("-- anyep: CUDA=")]
+        libfabric = bool(summary) and "libfabric=ON" in summary[-1]
+        print(f"anyep setup.py: {summary[-1][3:] if summary else 'no configuration summary from CMake'}")
+        print("anyep setup.py: libfabric proxy path " + ("built" if libfabric else
+              "NOT built: CMake found no libfabric (install libfabric-dev, or CMAKE_ARGS=-DCMAKE_PREFIX_PATH=...)"))
+        if not libfabric and os.environ.get("ANYEP_REQUIRE_LIBFABRIC", "") == "1":
+            raise RuntimeError("anyep: ANYEP_REQUIRE_LIBFABRIC=1 but CMake found no libfabric")
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "anyep_python", "-j",
                                str(os.cpu_count() or 2)])
         built = os.path.join(build_dir, "python", "anyep")
@@ -31,15 +59,14 @@ class CMakeBuild(build_ext):
         dest = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copy(os.path.join(built, so[0]), dest)
+        # The version and build facts CMake wrote (python/CMakeLists.txt), next to the module.
+        shutil.copy(os.path.join(built, "_build_info.py"), os.path.join(os.path.dirname(dest), "_build_info.py"))
 
 
 setup(
-    name="anyep",
-    version="0.1.0",
-    description="Portable expert-parallel communication (DeepEP-compatible Buffer)",
+    version=project_version(),
     packages=["anyep", "deep_ep"],
     package_dir={"": "."},
     ext_modules=[Extension("anyep._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
-    python_requires=">=3.9",
 )

@@ -2,7 +2,7 @@
 # The README's main command.
 #   With GPUs (nvidia-smi lists >= 1 and python3 imports torch): the LL dispatch/combine benchmark
 #   at the DeepEP test shape with an NCCL all_to_all baseline (bench/ll/bench_ll.py).
-#   Without: the CPU proxy pipeline across local processes (build/bench/anyep_main).
+#   Without: the CPU proxy pipeline across local processes (`anyep bench proxy`, build/cli/anyep).
 # Arguments are passed to whichever program runs. ANYEP_MAIN=cpu forces the CPU pipeline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,5 +26,5 @@ if [ "$gpu" = 1 ]; then
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target anyep_python
   ANYEP_BUILD_DIR=$PWD/$BUILD_DIR exec python3 bench/ll/bench_ll.py "$@"
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target anyep_main
-exec "$BUILD_DIR/bench/anyep_main" "$@"
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target anyep_cli
+exec "$BUILD_DIR/cli/anyep" bench proxy "$@"

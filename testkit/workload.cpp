@@ -181,7 +181,8 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
     pick = mix(pick);
     if (r < rounds && (k >= chunks || (pick & 1))) {
       const uint32_t p = r & 1, tag = 2 * q + p;
-      if (r >= 2) wait_counter(g.ctr_ack(q), r - 1, "LL ack", q);  // parity buffer of round r-2 is free
+      if (r >= 2 && !cfg_.refill_before_ack)
+        wait_counter(g.ctr_ack(q), r - 1, "LL ack", q);  // parity buffer of round r-2 is free
       const uint32_t n = g.tokens(s, q, r);
       for (uint32_t i = 0; i < n; ++i) {
         const uint32_t bytes = g.token_bytes(s, q, r, i);

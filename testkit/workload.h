@@ -68,6 +68,9 @@ struct WorkloadConfig {
   uint32_t chunk_max = 512;  // bytes, multiple of 32 (a chunk may be split in two writes)
   uint32_t quiet_every = 16;
   double timeout_s = 30;
+  // Negative control only (tests/mp/proxy/test_tsan_model.cpp): LL producers reuse a parity buffer
+  // without waiting for its ack, a real bug that TSan must report.
+  bool refill_before_ack = false;
 };
 
 struct WorkloadResult {

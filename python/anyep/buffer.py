@@ -5,7 +5,8 @@ an mpi4py communicator), picks the stream and wraps events. Shape/dtype checks, 
 kernels live in C++. The per-call path does no host synchronization and no work that could be
 done once at construction (docs/ll.md, "Per-call host cost").
 """
-from typing import Callable, Optional, Tuple, Union
+import contextlib
+from typing import Callable, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -14,8 +15,21 @@ from .config import Config
 from .event import EventHandle, EventOverlap
 from .utils import check_nvlink_connections
 
-# The issue that brings the high-throughput (normal) mode.
-_HT_ISSUE = 'the "High-throughput mode, part 1" issue'
+# The issue that brings the internode high-throughput path (ranks not reached by direct stores).
+_HT_PART2_ISSUE = 'the "High-throughput mode, part 2" issue'
+
+# DeepEP's recommended configs (deep_ep/buffer.py at 567632d), per rank count: NVLink send chunk,
+# NVLink receive ring, RDMA send chunk, RDMA receive ring (tokens); the SM count is Buffer.num_sms.
+_DISPATCH_CONFIGS = {
+    2: (24, 256, 6, 128), 4: (6, 256, 6, 128), 8: (6, 256, 6, 128), 16: (36, 288, 20, 128),
+    24: (32, 288, 8, 128), 32: (32, 288, 8, 128), 48: (32, 288, 8, 128), 64: (32, 288, 8, 128),
+    96: (20, 480, 12, 128), 128: (20, 560, 12, 128), 144: (32, 720, 12, 128), 160: (28, 720, 12, 128),
+}
+_COMBINE_CONFIGS = {
+    2: (10, 256, 6, 128), 4: (9, 256, 6, 128), 8: (4, 256, 6, 128), 16: (4, 288, 12, 128),
+    24: (1, 288, 8, 128), 32: (1, 288, 8, 128), 48: (1, 288, 8, 128), 64: (1, 288, 8, 128),
+    96: (1, 480, 8, 128), 128: (1, 560, 8, 128), 144: (2, 720, 8, 128), 160: (2, 720, 8, 128),
+}
 
 try:
     from . import _C
@@ -33,30 +47,36 @@ def _ext():
 
 class Buffer:
     """
-    Expert-parallel communication buffer for MoE layers, with deep_ep.Buffer's interface.
+    Expert-parallel communication buffer for MoE layers, with deep_ep.Buffer's interface. One
+    Buffer serves both modes, each in its own region (docs/ht.md, "Memory"):
+
+    High-throughput mode (DeepEP's normal mode: `get_dispatch_layout`, `dispatch`, `combine`;
+    `num_nvl_bytes` from `Config.get_nvl_buffer_size_hint`): 1..16 ranks that reach each other by
+    direct stores (CUDA IPC: NVLink or PCIe peer access, or processes sharing a GPU), docs/ht.md.
+    Ranks on other hosts (`internode_dispatch`, `internode_combine`) are not supported yet.
 
     Low-latency mode (`low_latency_mode=True`, `num_rdma_bytes` from
     `get_low_latency_rdma_size_hint`): direct stores through CUDA IPC to peers on this host, the
-    CPU proxy for the others (ANYEP_LL_PATH picks the path, docs/ll.md). The high-throughput
-    methods raise NotImplementedError.
+    CPU proxy for the others (ANYEP_LL_PATH picks the path, docs/ll.md).
 
     Rank masking (`enable_shrink=True`, DeepEP's elastic mode): `low_latency_update_mask_buffer`
     masks a rank; dispatch and combine skip masked ranks, and a peer that does not answer within
     ANYEP_TIMEOUT_S is masked instead of failing the call.
 
     Attributes:
-        num_sms: SMs of the high-throughput kernels (kept for compatibility; see `set_num_sms`).
+        num_sms: SMs of the high-throughput kernels in the default configs (`get_dispatch_config`,
+            `get_combine_config`; see `set_num_sms`).
         group: the torch.distributed group the buffer spans (the mpi4py communicator when built
             with `group=None, comm=...`).
         rank: this process's rank in `group`.
         group_size: the number of ranks in `group`.
-        num_nvl_bytes: the NVLink buffer size asked for (unused: there is no high-throughput mode yet).
+        num_nvl_bytes: the size of the high-throughput region in bytes (0: no high-throughput mode).
         num_rdma_bytes: the size of the low-latency buffer in bytes.
         low_latency_mode: whether the low-latency buffer was created.
         explicitly_destroy: whether resources are released by `destroy()` rather than by the destructor.
         enable_shrink: whether the rank mask exists (rank masking and elastic timeouts).
-        runtime: the C++ runtime object (anyep._C.LLBuffer, not deep_ep_cpp.Buffer), None unless
-            `low_latency_mode`.
+        runtime: the C++ runtime object, not deep_ep_cpp.Buffer: anyep._C.LLBuffer with
+            `low_latency_mode`, else anyep._C.HTBuffer when `num_nvl_bytes > 0`, else None.
         device: the CUDA device the buffer lives on (the current device at construction).
     """
 
@@ -73,7 +93,9 @@ class Buffer:
         Arguments:
             group: the torch.distributed process group; every rank of it must construct its Buffer.
                 None: use `comm`.
-            num_nvl_bytes: the NVLink buffer size of the high-throughput mode; recorded, not allocated.
+            num_nvl_bytes: the size of the high-throughput region (0: none), at least
+                `Config.get_nvl_buffer_size_hint(hidden_bytes, group_size)` for every Config used;
+                the same on every rank.
             num_rdma_bytes: the low-latency buffer size in bytes, at least
                 `get_low_latency_rdma_size_hint(...)` for the largest shape used; the same on every rank.
             low_latency_mode: whether to create the low-latency buffer (dispatch/combine need it).
@@ -92,7 +114,10 @@ class Buffer:
                 `group` is None.
 
         Raises:
-            ValueError: neither `group` nor `comm`, or `low_latency_mode` with `num_rdma_bytes <= 0`.
+            ValueError: neither `group` nor `comm`, `low_latency_mode` with `num_rdma_bytes <= 0`, or
+                `num_nvl_bytes` negative or smaller than the high-throughput control area.
+            NotImplementedError: `num_nvl_bytes > 0` with more than 16 ranks, or a peer not
+                reachable by direct stores (the internode high-throughput path is part 2).
             ImportError: the compiled extension anyep._C is missing.
         """
         check_nvlink_connections(group)
@@ -118,8 +143,17 @@ class Buffer:
         self._comm_stream_ptr = self._comm_stream.cuda_stream  # the launch stream of async_finish calls
         self._combine_buffers = {}
         self._ll = None
+        self._ht = None
         self.runtime = None
         self._destroyed = False
+        if num_nvl_bytes < 0:
+            raise ValueError(f"anyep: num_nvl_bytes must be >= 0, got {num_nvl_bytes}")
+        if num_nvl_bytes > 0:
+            # The HT region: separate from the LL one, so both modes work in one Buffer.
+            self._ht = _ext().HTBuffer(self.rank, self.group_size, int(num_nvl_bytes))
+            self.runtime = self._ht
+            self._ht.connect(self._allgather(self._ht.local_info()))
+            self._barrier()
         if low_latency_mode:
             if num_rdma_bytes <= 0:
                 raise ValueError("anyep: low_latency_mode needs num_rdma_bytes > 0 "
@@ -164,9 +198,20 @@ class Buffer:
 
         Returns:
             description: the LL path, the ranks reached by direct stores and those reached through
-                the proxy, with the proxy's transport, thread and ring counts.
+                the proxy, with the proxy's transport, thread and ring counts; then, on a Buffer with
+                a high-throughput region, its peers (after "high-throughput: ").
+
+        Raises:
+            RuntimeError: the Buffer has neither mode, or was destroyed.
         """
-        return self._low_latency().describe_paths()
+        if self._destroyed:
+            raise RuntimeError("anyep: the Buffer was destroyed")
+        if self._ll is None and self._ht is None:
+            raise RuntimeError("anyep: the Buffer has neither a low-latency nor a high-throughput region")
+        parts = [self._ll.describe_paths()] if self._ll is not None else []
+        if self._ht is not None:
+            parts.append(f"high-throughput: {self._ht.describe_paths()}")
+        return "; ".join(parts)
 
     # ---- class helpers -------------------------------------------------------------------------
     @staticmethod
@@ -225,30 +270,49 @@ class Buffer:
         return int(_ext().size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts))
 
     @staticmethod
+    def _config_of(table: dict, num_ranks: int) -> Config:
+        if num_ranks < 1:
+            raise ValueError(f"anyep: num_ranks must be >= 1, got {num_ranks}")
+        # A count not in DeepEP's table takes the next larger one's row (the largest past its end).
+        key = min((n for n in table if n >= num_ranks), default=max(table))
+        return Config(Buffer.num_sms, *table[key])
+
+    @staticmethod
     def get_dispatch_config(num_ranks: int) -> Config:
         """
-        Get the recommended high-throughput dispatch configuration (kept for compatibility).
+        Get the recommended high-throughput dispatch configuration: DeepEP's table per rank count
+        (NVLink send/receive chunks, RDMA send/receive chunks) with `Buffer.num_sms` SMs. For a rank
+        count not in the table, where DeepEP asserts, it takes the row of the next larger count in
+        the table (1 rank: the 2-rank row; 3: the 4-rank row; more than 160: the 160-rank row).
 
         Arguments:
             num_ranks: the number of ranks in the group.
 
         Returns:
-            config: a Config with `Buffer.num_sms` SMs and the default chunk sizes.
+            config: the recommended Config.
+
+        Raises:
+            ValueError: `num_ranks` < 1.
         """
-        return Config(Buffer.num_sms, 6, 256, 6, 128)
+        return Buffer._config_of(_DISPATCH_CONFIGS, num_ranks)
 
     @staticmethod
     def get_combine_config(num_ranks: int) -> Config:
         """
-        Get the recommended high-throughput combine configuration (kept for compatibility).
+        Get the recommended high-throughput combine configuration: DeepEP's table per rank count
+        with `Buffer.num_sms` SMs; a rank count not in the table takes the row of the next larger
+        count (as `get_dispatch_config`).
 
         Arguments:
             num_ranks: the number of ranks in the group.
 
         Returns:
-            config: a Config with `Buffer.num_sms` SMs and the default chunk sizes.
+            config: the recommended Config.
+
+        Raises:
+            ValueError: `num_ranks` < 1.
         """
-        return Config(Buffer.num_sms, 6, 256, 6, 128)
+        return Buffer._config_of(_COMBINE_CONFIGS, num_ranks)
 
     def get_comm_stream(self) -> torch.cuda.Stream:
         """
@@ -262,7 +326,7 @@ class Buffer:
     def get_local_buffer_tensor(self, dtype: torch.dtype, size: Optional[torch.Size] = None, offset: int = 0,
                                 use_rdma_buffer: bool = False) -> torch.Tensor:
         """
-        Not supported: deep_ep returns a view of its raw buffer; anyep's LL buffer layout is private.
+        Not supported: deep_ep returns a view of its raw buffer; anyep's buffer layouts are private.
 
         Arguments:
             dtype: the element type of the view.
@@ -273,8 +337,8 @@ class Buffer:
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError("anyep: get_local_buffer_tensor is not supported: the LL buffer layout is private, "
-                                  f"and the NVLink buffer belongs to the high-throughput mode ({_HT_ISSUE})")
+        raise NotImplementedError("anyep: get_local_buffer_tensor is not supported: the LL and HT buffer layouts "
+                                  "are private (rings and counters that the kernels own)")
 
     def destroy(self) -> None:
         """
@@ -295,7 +359,10 @@ class Buffer:
         if self._ll is not None:
             self._ll.destroy()
             self._ll = None
-            self.runtime = None
+        if self._ht is not None:
+            self._ht.destroy()
+            self._ht = None
+        self.runtime = None
 
     def __del__(self):
         """
@@ -316,62 +383,290 @@ class Buffer:
 
     def check_async_error(self) -> None:
         """
-        Raise the error a previous low-latency kernel or the proxy reported, if any (anyep only).
+        Raise the error a previous kernel (low-latency or high-throughput) or the proxy reported,
+        if any (anyep only).
 
         Raises:
             TimeoutError: a kernel or the proxy gave up waiting; the message names the rank, the
-                expert (or the proxy's tag) and the peer waited for.
-            RuntimeError: another proxy error, e.g. a rejected command.
+                expert, channel or proxy tag, and the peer waited for.
+            ValueError: a high-throughput kernel refused its input (an expert index >= num_experts,
+                a `num_worst_tokens` smaller than the tokens received).
+            RuntimeError: another proxy error, e.g. a rejected command; or the Buffer was destroyed.
         """
-        self._low_latency().check_error()
+        if self._destroyed:
+            raise RuntimeError("anyep: the Buffer was destroyed")
+        if self._ll is None and self._ht is None:
+            raise RuntimeError("anyep: the Buffer has neither a low-latency nor a high-throughput region")
+        if self._ht is not None:
+            self._ht.check_error()
+        if self._ll is not None:
+            self._ll.check_error()
 
-    # ---- high-throughput mode (not implemented yet) ---------------------------------------------
-    def get_dispatch_layout(self, topk_idx, num_experts, previous_event=None, async_finish=False,
-                            allocate_on_comm_stream=False):
+    # ---- high-throughput mode (intranode: ranks reached by direct stores) ------------------------
+    def _high_throughput(self):
+        if self._destroyed:
+            raise RuntimeError("anyep: the Buffer was destroyed")
+        if self._ht is None:
+            raise RuntimeError("anyep: high-throughput calls (get_dispatch_layout, dispatch, combine) need a Buffer "
+                               "built with num_nvl_bytes > 0, at least Config.get_nvl_buffer_size_hint(hidden_bytes, "
+                               "num_ranks) for every Config used; this one has num_nvl_bytes="
+                               f"{self.num_nvl_bytes}")
+        return self._ht
+
+    def _ht_begin(self, previous_event: Optional[EventOverlap], async_finish: bool,
+                  allocate_on_comm_stream: bool):
+        """Order the comm stream after `previous_event` (or the current stream) and return the
+        context the outputs are allocated in (the comm stream's with `allocate_on_comm_stream`)."""
+        event = getattr(previous_event, "event", None)
+        if allocate_on_comm_stream and (event is None or not async_finish):
+            raise ValueError("anyep: allocate_on_comm_stream=True needs previous_event and async_finish=True "
+                             "(as in deep_ep)")
+        if event is not None:
+            self._comm_stream.wait_event(event.event)
+        else:
+            self._comm_stream.wait_stream(torch.cuda.current_stream())
+        return torch.cuda.stream(self._comm_stream) if allocate_on_comm_stream else contextlib.nullcontext()
+
+    def _ht_end(self, async_finish: bool, tensors: tuple) -> EventOverlap:
+        """The event of an HT call: async, an event on the comm stream that keeps `tensors` alive
+        (no record_stream: capturable); otherwise the current stream waits for the comm stream."""
+        if async_finish:
+            return EventOverlap(EventHandle(self._comm_stream), tensors)
+        torch.cuda.current_stream().wait_stream(self._comm_stream)
+        return EventOverlap()
+
+    @staticmethod
+    def _unpack_bias(bias) -> tuple:
+        if bias is None:
+            return None, None
+        if isinstance(bias, torch.Tensor):
+            return bias, None
+        if isinstance(bias, (tuple, list)) and len(bias) == 2:
+            return bias[0], bias[1]
+        raise ValueError("anyep: bias must be None, a tensor, or a tuple of two tensors, got "
+                         f"{type(bias).__name__}{'' if not isinstance(bias, (tuple, list)) else f' of {len(bias)}'}")
+
+    @staticmethod
+    def _unpack_handle(handle) -> tuple:
+        if not isinstance(handle, (tuple, list)) or len(handle) != 6:
+            raise ValueError("anyep: handle must be the 6-tuple returned by dispatch (rank_prefix_matrix, "
+                             "channel_prefix_matrix, recv_channel_prefix_matrix, recv_src_idx, is_token_in_rank, "
+                             "send_head)")
+        return tuple(handle)
+
+    def get_dispatch_layout(self, topk_idx: torch.Tensor, num_experts: int,
+                            previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
+                            allocate_on_comm_stream: bool = False) -> \
+            Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor, torch.Tensor, EventOverlap]:
         """
-        High-throughput dispatch layout: not implemented yet.
+        Compute the layout `dispatch` needs from the top-k expert indices (high-throughput mode; one
+        kernel on the communication stream, no host synchronization, no communication).
 
         Arguments:
-            topk_idx: `[num_tokens, num_topk]` expert indices.
-            num_experts: the number of experts over all ranks.
-            previous_event: an event to wait for first.
-            async_finish: whether to run on the communication stream.
-            allocate_on_comm_stream: whether to allocate the outputs on the communication stream.
+            topk_idx: `[num_tokens, num_topk]` `torch.int64` (`topk_idx_t`) expert indices in
+                [0, num_experts), or -1 for a slot that selects no expert.
+            num_experts: the number of experts over all ranks, a multiple of the group size.
+            previous_event: an EventOverlap the communication stream waits for first (default: the
+                current stream's work so far).
+            async_finish: if True, the current stream does not wait for the kernel; wait for the
+                returned event instead.
+            allocate_on_comm_stream: allocate the outputs on the communication stream (needs
+                `previous_event` and `async_finish`, as in deep_ep).
+
+        Returns:
+            num_tokens_per_rank: `[num_ranks]` `torch.int`, the number of tokens sent to each rank.
+            num_tokens_per_rdma_rank: None (intranode: every rank is reached by direct stores).
+            num_tokens_per_expert: `[num_experts]` `torch.int`, the number of tokens sent to each expert.
+            is_token_in_rank: `[num_tokens, num_ranks]` `torch.bool`, whether a token goes to a rank.
+            event: an EventOverlap to wait for (`async_finish`), else an empty one.
 
         Raises:
-            NotImplementedError: always.
+            ValueError: a bad input (dtype, shape, `num_experts`), or `allocate_on_comm_stream`
+                without `previous_event` and `async_finish`. An expert index >= `num_experts` is
+                found by the kernel: the next call (or `check_async_error`) raises ValueError.
+            RuntimeError: the Buffer has no high-throughput region (`num_nvl_bytes` was 0).
         """
-        raise NotImplementedError(f"anyep: high-throughput mode (get_dispatch_layout) is not implemented yet ({_HT_ISSUE})")
+        ht = self._high_throughput()
+        with self._ht_begin(previous_event, async_finish, allocate_on_comm_stream):
+            num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank = ht.get_dispatch_layout(
+                topk_idx, int(num_experts), self._comm_stream_ptr)
+        event = self._ht_end(async_finish, (topk_idx, num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank))
+        return num_tokens_per_rank, None, num_tokens_per_expert, is_token_in_rank, event
 
-    def dispatch(self, *args, **kwargs):
+    def dispatch(self, x: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]], handle: Optional[Tuple] = None,
+                 num_tokens_per_rank: Optional[torch.Tensor] = None,
+                 num_tokens_per_rdma_rank: Optional[torch.Tensor] = None,
+                 is_token_in_rank: Optional[torch.Tensor] = None, num_tokens_per_expert: Optional[torch.Tensor] = None,
+                 topk_idx: Optional[torch.Tensor] = None, topk_weights: Optional[torch.Tensor] = None,
+                 expert_alignment: int = 1, num_worst_tokens: int = 0, config: Optional[Config] = None,
+                 previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
+                 allocate_on_comm_stream: bool = False) -> \
+            Tuple[Union[Tuple[torch.Tensor, torch.Tensor], torch.Tensor], Optional[torch.Tensor],
+                  Optional[torch.Tensor], List[int], Tuple, EventOverlap]:
         """
-        High-throughput dispatch: not implemented yet.
+        Send each token to every rank that owns one of its top-k experts (high-throughput mode,
+        intranode: every rank of the group reached by direct stores). Every rank of the group must
+        call it. The received tokens are ordered by source rank, then by source token index, for
+        any `config.num_sms`. Without `num_worst_tokens` the host waits for the received counts
+        (exact-size outputs); with it there is no host synchronization (CUDA-graph capturable).
 
         Arguments:
-            args: deep_ep.Buffer.dispatch's positional arguments.
-            kwargs: deep_ep.Buffer.dispatch's keyword arguments.
+            x: `[num_tokens, hidden]` `torch.bfloat16` tokens, or a tuple of `[num_tokens, hidden]`
+                `torch.float8_e4m3fn` tokens and their scales (`[num_tokens, hidden / 128]` `torch.float`,
+                any strides, e.g. column-major as DeepEP's tests make them; or packed `torch.int`).
+            handle: the handle of an earlier `dispatch` with the same routing: a cached dispatch that
+                skips the layout exchange (then `topk_idx`, `topk_weights` and the layout tensors are
+                not given, and only `recv_x` is returned). Use the `config.num_sms` of that dispatch
+                (the handle's channel tables are sized by it, as in deep_ep).
+            num_tokens_per_rank: `[num_ranks]` `torch.int` from `get_dispatch_layout`.
+            num_tokens_per_rdma_rank: accepted for compatibility; ignored (intranode only).
+            is_token_in_rank: `[num_tokens, num_ranks]` `torch.bool` from `get_dispatch_layout`.
+            num_tokens_per_expert: `[num_experts]` `torch.int` from `get_dispatch_layout`.
+            topk_idx: optional `[num_tokens, num_topk]` `torch.int64` expert indices (-1: none), sent
+                with the tokens as ids local to the receiver.
+            topk_weights: optional `[num_tokens, num_topk]` `torch.float` weights, sent with the tokens.
+            expert_alignment: each entry of `num_recv_tokens_per_expert_list` is rounded up to a
+                multiple of it (>= 1).
+            num_worst_tokens: if > 0, the outputs have this many rows (at least the number of tokens
+                this rank can receive), there is no host synchronization, the returned list is
+                empty, and rows past the received count have `recv_topk_idx` -1.
+            config: the tuning (SMs, chunk sizes); default `get_dispatch_config(group_size)`. The
+                buffer must be at least `config.get_nvl_buffer_size_hint(...)` for it.
+            previous_event: an EventOverlap the communication stream waits for first (default: the
+                current stream's work so far).
+            async_finish: if True, the current stream does not wait for the kernels; wait for the
+                returned event instead (it keeps the inputs and outputs alive).
+            allocate_on_comm_stream: allocate the outputs on the communication stream (needs
+                `previous_event` and `async_finish`, as in deep_ep).
+
+        Returns:
+            recv_x: the received tokens, `[num_recv_tokens, hidden]` (or `[num_worst_tokens, hidden]`),
+                of `x`'s type: a tensor, or a tuple of tokens and row-major scales.
+            recv_topk_idx: `[num_recv_tokens, num_topk]` `torch.int64` expert ids local to this rank
+                (-1 for an expert of another rank), or None (no `topk_idx`, or a cached dispatch).
+            recv_topk_weights: `[num_recv_tokens, num_topk]` `torch.float` (0 where the id is -1), or None.
+            num_recv_tokens_per_expert_list: the tokens received by each local expert, each rounded up
+                to `expert_alignment` (empty with `num_worst_tokens`), or None for a cached dispatch.
+            handle: the tuple `combine` and a cached dispatch need (DeepEP's order: rank_prefix_matrix,
+                channel_prefix_matrix, recv_channel_prefix_matrix, recv_src_idx, is_token_in_rank,
+                send_head), or None for a cached dispatch.
+            event: an EventOverlap to wait for (`async_finish`), else an empty one.
 
         Raises:
-            NotImplementedError: always.
+            ValueError: a bad input (dtype, shape, missing layout tensors, `topk_idx` with `handle`,
+                a buffer too small for the shape and config, `expert_alignment` < 1,
+                `num_worst_tokens` < 0), before any kernel runs; or `allocate_on_comm_stream`
+                without `previous_event` and `async_finish`. A `num_worst_tokens` smaller than the
+                count received is found by the kernel: the next call (or `check_async_error`) raises.
+            TimeoutError: a peer did not take part in time (the message names it).
+            RuntimeError: the Buffer has no high-throughput region (`num_nvl_bytes` was 0).
         """
-        raise NotImplementedError(f"anyep: high-throughput mode (dispatch) is not implemented yet ({_HT_ISSUE})")
+        ht = self._high_throughput()
+        config = self.get_dispatch_config(self.group_size) if config is None else config
+        if isinstance(x, (tuple, list)):
+            if len(x) != 2:
+                raise ValueError(f"anyep: x must be a tensor or a tuple (tokens, scales), got a tuple of {len(x)}")
+            x, x_scales = x
+        else:
+            x_scales = None
+        if expert_alignment < 1:
+            raise ValueError(f"anyep: expert_alignment must be >= 1, got {expert_alignment}")
+        if num_worst_tokens < 0:
+            raise ValueError(f"anyep: num_worst_tokens must be >= 0, got {num_worst_tokens}")
+        del num_tokens_per_rdma_rank  # intranode: no RDMA ranks
+        tuning = (config.num_sms, config.num_max_nvl_chunked_send_tokens, config.num_max_nvl_chunked_recv_tokens)
+        if handle is not None:
+            if topk_idx is not None or topk_weights is not None:
+                raise ValueError("anyep: a cached dispatch (handle given) takes no topk_idx or topk_weights "
+                                 "(as in deep_ep)")
+            rank_prefix_matrix, channel_prefix_matrix, recv_channel_prefix_matrix, recv_src_idx, is_token_in_rank, \
+                send_head = self._unpack_handle(handle)
+            with self._ht_begin(previous_event, async_finish, allocate_on_comm_stream):
+                recv_x, recv_x_scales = ht.dispatch(
+                    x, x_scales, None, None, None, is_token_in_rank, None, recv_src_idx.size(0), rank_prefix_matrix,
+                    channel_prefix_matrix, int(expert_alignment), int(num_worst_tokens), *tuning,
+                    self._comm_stream_ptr)[:2]
+            event = self._ht_end(async_finish, (x, x_scales, recv_x, recv_x_scales) + tuple(handle))
+            return (recv_x, recv_x_scales) if x_scales is not None else recv_x, None, None, None, None, event
+        missing = [name for name, t in (("num_tokens_per_rank", num_tokens_per_rank),
+                                        ("is_token_in_rank", is_token_in_rank),
+                                        ("num_tokens_per_expert", num_tokens_per_expert)) if t is None]
+        if missing:
+            raise ValueError(f"anyep: dispatch without a handle needs {', '.join(missing)} (from get_dispatch_layout)")
+        with self._ht_begin(previous_event, async_finish, allocate_on_comm_stream):
+            recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert_list, \
+                rank_prefix_matrix, channel_prefix_matrix, recv_channel_prefix_matrix, recv_src_idx, send_head = \
+                ht.dispatch(x, x_scales, topk_idx, topk_weights, num_tokens_per_rank, is_token_in_rank,
+                            num_tokens_per_expert, 0, None, None, int(expert_alignment), int(num_worst_tokens),
+                            *tuning, self._comm_stream_ptr)
+        handle = (rank_prefix_matrix, channel_prefix_matrix, recv_channel_prefix_matrix, recv_src_idx, is_token_in_rank,
+                  send_head)
+        event = self._ht_end(async_finish, (x, x_scales, topk_idx, topk_weights, num_tokens_per_rank,
+                                            num_tokens_per_expert, recv_x, recv_x_scales, recv_topk_idx,
+                                            recv_topk_weights) + handle)
+        return (recv_x, recv_x_scales) if x_scales is not None else recv_x, recv_topk_idx, recv_topk_weights, \
+            num_recv_tokens_per_expert_list, handle, event
 
-    def combine(self, *args, **kwargs):
+    def combine(self, x: torch.Tensor, handle: Tuple, topk_weights: Optional[torch.Tensor] = None,
+                bias: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None,
+                config: Optional[Config] = None, previous_event: Optional[EventOverlap] = None,
+                async_finish: bool = False, allocate_on_comm_stream: bool = False) -> \
+            Tuple[torch.Tensor, Optional[torch.Tensor], EventOverlap]:
         """
-        High-throughput combine: not implemented yet.
+        Send the received tokens (expert outputs) back to the ranks they came from and sum them
+        there, **without** weights (high-throughput mode, intranode). Every rank of the group must
+        call it. The sum is taken in float and rounded to BF16 once.
 
         Arguments:
-            args: deep_ep.Buffer.combine's positional arguments.
-            kwargs: deep_ep.Buffer.combine's keyword arguments.
+            x: `[num_recv_tokens, hidden]` `torch.bfloat16`, one row per row of the dispatch's
+                `recv_x` (the dispatch's `num_worst_tokens` rows when it used them).
+            handle: the handle returned by the (non-cached) `dispatch`; `config.num_sms` must be the
+                dispatch's (the handle's channel tables are sized by it, as in deep_ep).
+            topk_weights: optional `[num_recv_tokens, num_topk]` `torch.float`, summed like `x`.
+            bias: None, one `[num_tokens, hidden]` `torch.bfloat16` tensor, or a tuple of two, added to
+                the result.
+            config: the tuning (SMs, chunk sizes); default `get_combine_config(group_size)`.
+            previous_event: an EventOverlap the communication stream waits for first (default: the
+                current stream's work so far).
+            async_finish: if True, the current stream does not wait for the kernels; wait for the
+                returned event instead (it keeps the inputs and outputs alive).
+            allocate_on_comm_stream: allocate the outputs on the communication stream (needs
+                `previous_event` and `async_finish`, as in deep_ep).
+
+        Returns:
+            combined_x: `[num_tokens, hidden]` `torch.bfloat16`, for each token of this rank the sum
+                of its rows over the ranks it went to, plus the bias.
+            combined_topk_weights: `[num_tokens, num_topk]` `torch.float`, the same sum of the
+                `topk_weights` rows, or None.
+            event: an EventOverlap to wait for (`async_finish`), else an empty one.
 
         Raises:
-            NotImplementedError: always.
+            ValueError: a bad input (dtype, shape, a handle not made by `dispatch`, a bias that is
+                not one tensor or two), before any kernel runs; or `allocate_on_comm_stream`
+                without `previous_event` and `async_finish`.
+            TimeoutError: a peer did not take part in time (the message names it).
+            RuntimeError: the Buffer has no high-throughput region (`num_nvl_bytes` was 0).
         """
-        raise NotImplementedError(f"anyep: high-throughput mode (combine) is not implemented yet ({_HT_ISSUE})")
+        ht = self._high_throughput()
+        config = self.get_combine_config(self.group_size) if config is None else config
+        # The sender-side channel_prefix_matrix (handle[1]) belongs to the dispatch; combine walks
+        # the receiver side (handle[2]), as deep_ep does.
+        rank_prefix_matrix, _, recv_channel_prefix_matrix, src_idx, _, send_head = self._unpack_handle(handle)
+        bias_0, bias_1 = self._unpack_bias(bias)
+        with self._ht_begin(previous_event, async_finish, allocate_on_comm_stream):
+            combined_x, combined_topk_weights = ht.combine(
+                x, topk_weights, bias_0, bias_1, src_idx, rank_prefix_matrix, recv_channel_prefix_matrix, send_head,
+                config.num_sms, config.num_max_nvl_chunked_send_tokens, config.num_max_nvl_chunked_recv_tokens,
+                self._comm_stream_ptr)
+        event = self._ht_end(async_finish, (x, topk_weights, bias_0, bias_1, combined_x, combined_topk_weights)
+                             + tuple(handle))
+        return combined_x, combined_topk_weights, event
 
     def internode_dispatch(self, *args, **kwargs):
         """
-        High-throughput internode dispatch (deep_ep calls it from `dispatch`): not implemented yet.
+        High-throughput internode dispatch (deep_ep calls it from `dispatch` when ranks span nodes):
+        not implemented yet. anyep's `dispatch` serves ranks reached by direct stores (1..16 ranks,
+        NVLink or processes sharing a GPU); ranks on other hosts are part 2.
 
         Arguments:
             args: deep_ep.Buffer.internode_dispatch's positional arguments.
@@ -380,11 +675,12 @@ class Buffer:
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError(f"anyep: high-throughput mode (internode_dispatch) is not implemented yet ({_HT_ISSUE})")
+        raise NotImplementedError(f"anyep: internode high-throughput dispatch is not implemented yet ({_HT_PART2_ISSUE})")
 
     def internode_combine(self, *args, **kwargs):
         """
-        High-throughput internode combine (deep_ep calls it from `combine`): not implemented yet.
+        High-throughput internode combine (deep_ep calls it from `combine` when ranks span nodes):
+        not implemented yet (see `internode_dispatch`).
 
         Arguments:
             args: deep_ep.Buffer.internode_combine's positional arguments.
@@ -393,15 +689,18 @@ class Buffer:
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError(f"anyep: high-throughput mode (internode_combine) is not implemented yet ({_HT_ISSUE})")
+        raise NotImplementedError(f"anyep: internode high-throughput combine is not implemented yet ({_HT_PART2_ISSUE})")
 
     # ---- low-latency mode -----------------------------------------------------------------------
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
         """
         Reset the low-latency buffer's signals, counters and error record (a collective call:
-        every rank finishes its GPU work, then barrier, clean, barrier over the group). Use it after
-        an error, and after unmasking a rank, before the next call. The rank mask is kept. A rank
-        that stopped calling (a dead rank) blocks the barriers: anyep's clean is not elastic yet.
+        every rank finishes its GPU work, then barrier, clean, barrier). Use it after an error, and
+        after unmasking a rank, before the next call. The rank mask is kept. With
+        `enable_shrink=True` the barriers run over the low-latency buffer itself, skip masked
+        ranks and mask a rank that does not arrive within ANYEP_TIMEOUT_S (as DeepEP's clean
+        kernel does), so a dead rank costs one timeout instead of a hang; without it they run over
+        the group (torch.distributed or the mpi4py comm) and wait for every rank.
 
         Arguments:
             num_max_dispatch_tokens_per_rank: the largest token count per rank the buffer is used with.
@@ -415,6 +714,9 @@ class Buffer:
         self.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, self.group_size, num_experts)
         # No rank may clean while a peer's kernel can still write into its buffer.
         torch.cuda.synchronize(self.device)
+        if self.enable_shrink:
+            ll.clean_elastic()
+            return
         self._barrier()
         ll.clean()
         self._barrier()
@@ -502,8 +804,12 @@ class Buffer:
             topk_idx: `[num_tokens, num_topk]` `torch.int64`, the `topk_idx` given to the dispatch.
             topk_weights: `[num_tokens, num_topk]` `torch.float` weights of the reduction.
             handle: the handle returned by `low_latency_dispatch`.
-            use_logfmt: LogFMT compression; not supported (True raises NotImplementedError).
-            zero_copy: accepted; has no effect (combine reads `x` in place either way).
+            use_logfmt: whether to send the expert outputs as LogFMT-10 (DeepEP's format: per group
+                of 128 values with amax < 1, 9-bit log-spaced magnitudes between the group's min and
+                max plus a sign bit, 160 bytes instead of 256; other groups stay BF16); every rank
+                must pass the same value. The weighted sum is still taken in FP32.
+            zero_copy: accepted; has no effect (combine reads `x` in place either way); cannot be
+                combined with `use_logfmt` (as in deep_ep).
             async_finish: whether to run on the communication stream and return an event to wait for.
             return_recv_hook: if True, launch only the send half and return a hook that receives; the
                 output is valid once the hook was called (and the stream got past it).
@@ -518,13 +824,12 @@ class Buffer:
             hook: the receive hook (`return_recv_hook`), else None.
 
         Raises:
-            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`, or
-                `async_finish` with `return_recv_hook`.
-            NotImplementedError: `use_logfmt=True`.
+            ValueError: a bad input or a handle not made by anyep's `low_latency_dispatch`,
+                `async_finish` with `return_recv_hook`, or `use_logfmt` with `zero_copy`.
         """
         ll = self._ll if self._ll is not None else self._low_latency()
-        if use_logfmt:
-            raise NotImplementedError("anyep: use_logfmt combine is not supported; use BF16 (use_logfmt=False)")
+        if use_logfmt and zero_copy:
+            raise ValueError("anyep: use_logfmt and zero_copy cannot be combined (as in deep_ep)")
         if not isinstance(handle, tuple) or len(handle) != 5:
             raise ValueError("anyep: handle must be the 5-tuple returned by low_latency_dispatch")
         src_info, layout_range, num_max_dispatch_tokens_per_rank, hidden, num_experts = handle
@@ -539,7 +844,8 @@ class Buffer:
             self._comm_stream.wait_stream(torch.cuda.current_stream())
             stream = self._comm_stream_ptr
         combined, hook = ll.combine(x, topk_idx, topk_weights, src_info, layout_range, num_max_dispatch_tokens_per_rank,
-                                    num_experts, out, combine_wait_recv_cost_stats, return_recv_hook, stream)
+                                    num_experts, out, combine_wait_recv_cost_stats, return_recv_hook, stream,
+                                    bool(use_logfmt))
         if async_finish:
             event = EventOverlap(EventHandle(self._comm_stream),
                                  (x, topk_idx, topk_weights, src_info, layout_range, combined,

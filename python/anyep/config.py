@@ -1,10 +1,12 @@
-"""Config: the high-throughput tuning record of deep_ep.Config (kept for API compatibility)."""
+"""Config: the high-throughput tuning record of deep_ep.Config."""
 
 
 class Config:
     """
-    Tuning of the high-throughput kernels, as deep_ep.Config (kept for compatibility: anyep has no
-    high-throughput mode yet, so nothing reads it but the size hints below).
+    Tuning of the high-throughput kernels, as deep_ep.Config: `dispatch` and `combine` read
+    `num_sms` and the NVLink chunk sizes (the kernels run `num_sms / 2` sender and as many receiver
+    blocks); the RDMA fields belong to the internode path, which anyep does not have yet ("High-
+    throughput mode, part 2"), and are kept for compatibility.
 
     Attributes:
         num_sms: SMs of the high-throughput kernels (two per channel).
@@ -40,26 +42,36 @@ class Config:
 
     def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
         """
-        Compute the NVLink buffer size of the high-throughput mode: one receive ring per (channel,
-        rank), each holding `num_max_nvl_chunked_recv_tokens` tokens of `hidden_bytes` plus
-        per-token metadata.
+        Compute the size of the high-throughput region (`Buffer(num_nvl_bytes=...)`) this config
+        needs: the fixed control area plus one receive ring per (channel, source rank) of
+        `num_max_nvl_chunked_recv_tokens / lanes` slots, each large enough for a dispatched token
+        of `hidden_bytes` (payload, FP8 scales, top-k ids and weights, source index) and for a
+        combine row (the formula is in src/kernels/ht_layout.h; docs/ht.md gives figures).
 
         Arguments:
-            hidden_bytes: the bytes of one token's hidden vector.
-            num_ranks: the number of ranks in the group.
+            hidden_bytes: the bytes of one token's hidden vector as deep_ep counts it:
+                `hidden * max(x.element_size(), 2)` (BF16 size also for FP8 input).
+            num_ranks: the number of ranks in the group (1..16).
 
         Returns:
-            size: the buffer size in bytes, a multiple of 128.
+            size: the region size in bytes.
+
+        Raises:
+            ValueError: a shape or config the high-throughput mode does not support (the message
+                names the field).
+            ImportError: the compiled extension anyep._C is missing.
         """
-        channels = self.num_sms // 2
-        per_token = hidden_bytes + 256
-        size = channels * num_ranks * self.num_max_nvl_chunked_recv_tokens * per_token + channels * num_ranks * 4 * 4
-        return (size + 127) // 128 * 128
+        from .buffer import _ext  # the extension loads with the Buffer module
+        return int(_ext().ht_size_hint(int(hidden_bytes), int(num_ranks), self.num_sms,
+                                       self.num_max_nvl_chunked_recv_tokens))
 
     def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
         """
-        Compute the RDMA buffer size of the high-throughput mode: send and receive rings per
-        (channel, node), nodes of 8 ranks.
+        Compute the RDMA buffer size of DeepEP's internode high-throughput path: send and receive
+        rings per (channel, node), nodes of 8 ranks. anyep has no internode high-throughput path yet
+        (it is part 2 of the high-throughput mode), so nothing allocates this size: it is kept so
+        that code sizing DeepEP's buffers runs; the intranode mode needs only
+        `get_nvl_buffer_size_hint`.
 
         Arguments:
             hidden_bytes: the bytes of one token's hidden vector.

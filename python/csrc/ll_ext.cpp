@@ -13,97 +13,22 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "diagnostics.h"
+#include "ht_ext.h"
 #include "runtime/ll_api.h"
 #include "runtime/ll_buffer.h"
+#include "tensor_convert.h"
 #include "transport/bootstrap/bootstrap.h"
 
 namespace {
 
 using anyep::InvalidArgument;
+using anyep::ext::allocate;
 using anyep::ext::ll_trace;
+using anyep::ext::ref;
+using anyep::ext::stream_or_current;
 using anyep::runtime::LowLatencyBuffer;
 namespace ll = anyep::ll;
 namespace rt = anyep::runtime;
-
-rt::DType dtype_of(at::ScalarType t) {
-  switch (t) {
-    case at::ScalarType::Bool:
-      return rt::DType::kBool;
-    case at::ScalarType::Byte:
-      return rt::DType::kUInt8;
-    case at::ScalarType::Char:
-      return rt::DType::kInt8;
-    case at::ScalarType::Short:
-      return rt::DType::kInt16;
-    case at::ScalarType::Int:
-      return rt::DType::kInt32;
-    case at::ScalarType::Long:
-      return rt::DType::kInt64;
-    case at::ScalarType::Half:
-      return rt::DType::kFloat16;
-    case at::ScalarType::BFloat16:
-      return rt::DType::kBFloat16;
-    case at::ScalarType::Float:
-      return rt::DType::kFloat32;
-    case at::ScalarType::Double:
-      return rt::DType::kFloat64;
-    case at::ScalarType::Float8_e4m3fn:
-      return rt::DType::kFloat8_e4m3fn;
-    case at::ScalarType::Float8_e5m2:
-      return rt::DType::kFloat8_e5m2;
-    default:
-      return rt::DType::kOther;
-  }
-}
-
-at::ScalarType scalar_type_of(rt::DType t) {
-  switch (t) {
-    case rt::DType::kBFloat16:
-      return at::kBFloat16;
-    case rt::DType::kFloat8_e4m3fn:
-      return at::kFloat8_e4m3fn;
-    case rt::DType::kFloat32:
-      return at::kFloat;
-    case rt::DType::kInt32:
-      return at::kInt;
-    case rt::DType::kInt64:
-      return at::kLong;
-    default:
-      break;
-  }
-  throw anyep::InternalError(std::string("anyep._C: no torch dtype for runtime output dtype ") + rt::dtype_name(t));
-}
-
-// The descriptor of a tensor (an undefined tensor: an absent argument).
-rt::TensorRef ref(const at::Tensor& t, const char* name) {
-  rt::TensorRef r;
-  if (!t.defined()) return r;
-  if (t.dim() > rt::kMaxDims)
-    throw InvalidArgument(std::string(name) + " has " + std::to_string(t.dim()) + " dimensions, more than " +
-                          std::to_string(rt::kMaxDims));
-  r.data = t.data_ptr();
-  r.dtype = dtype_of(t.scalar_type());
-  r.ndim = static_cast<int>(t.dim());
-  for (int d = 0; d < r.ndim; ++d) {
-    r.shape[d] = t.size(d);
-    r.strides[d] = t.stride(d);
-  }
-  r.device = t.is_cuda() ? t.get_device() : -1;
-  r.storage_offset = t.storage_offset();
-  r.storage_bytes = static_cast<int64_t>(t.storage().nbytes());
-  return r;
-}
-
-rt::TensorRef ref(const std::optional<at::Tensor>& t, const char* name) { return t ? ref(*t, name) : rt::TensorRef{}; }
-
-// An output as the runtime describes it: a fresh allocation of storage_elems, viewed with the
-// spec's shape and strides from its start.
-at::Tensor allocate(const rt::OutputSpec& s, const at::TensorOptions& like) {
-  const auto opts = like.dtype(scalar_type_of(s.dtype));
-  const at::IntArrayRef shape(s.shape, static_cast<size_t>(s.ndim)), strides(s.strides, static_cast<size_t>(s.ndim));
-  if (s.storage_elems > s.numel()) return at::empty({s.storage_elems}, opts).as_strided(shape, strides);
-  return at::empty_strided(shape, strides, opts);
-}
 
 class LLBuffer {
  public:
@@ -147,6 +72,11 @@ class LLBuffer {
   bool host_staged() const { return rt_->host_staged(); }
   bool peer_direct(int r) const { return rt_->peer_direct(r); }
   void clean() { rt_->clean(); }
+  // Shrink mode: barrier (skipping masked ranks, masking a rank that does not arrive), clean, barrier.
+  void clean_elastic() {
+    py::gil_scoped_release nogil;  // waits up to twice ANYEP_TIMEOUT_S for the barrier kernels
+    rt_->clean_elastic();
+  }
   void check_error() { rt_->check_error(); }
   void destroy() { rt_->destroy(); }
   int64_t num_bytes() const { return rt_->num_bytes(); }
@@ -216,7 +146,7 @@ class LLBuffer {
   py::tuple combine(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                     const at::Tensor& src_info, const at::Tensor& layout_range, int64_t T, int64_t E,
                     std::optional<at::Tensor> out, std::optional<at::Tensor> wait_stats, bool staged,
-                    uintptr_t launch_stream) {
+                    uintptr_t launch_stream, bool use_logfmt) {
     ll_trace("combine", "enter; descriptors");
     rt::LLCombineIn in;
     in.x = ref(x, "x");
@@ -227,6 +157,7 @@ class LLBuffer {
     in.max_tokens = T;
     in.num_experts = E;
     in.wait_recv_cost_stats = ref(wait_stats, "combine_wait_recv_cost_stats");
+    in.use_logfmt = use_logfmt;
     ll_trace("combine", "argument checks and output shape (runtime)");
     const rt::LLCombinePlan plan = rt::combine_outputs(*rt_, in);
 
@@ -245,16 +176,6 @@ class LLBuffer {
   }
 
  private:
-  // The stream a call launches on: `launch_stream` (a cudaStream_t as an integer, e.g.
-  // torch.cuda.Stream.cuda_stream: the Buffer's communication stream for async_finish) or, when
-  // 0, the current stream. Outputs are allocated on the current stream either way (as DeepEP's):
-  // the async caller keeps the tensors alive in its EventOverlap instead of record_stream, which
-  // CUDA graph capture does not allow.
-  static cudaStream_t stream_or_current(uintptr_t launch_stream) {
-    if (launch_stream != 0) return reinterpret_cast<cudaStream_t>(launch_stream);
-    return at::cuda::getCurrentCUDAStream().stream();
-  }
-
   // None after a launch of both phases; after a staged send, the hook that launches the receive
   // phase on the then-current stream. `keep` holds the tensors the kernels use until then.
   py::object recv_hook(const rt::LLCall& call, bool staged, std::vector<at::Tensor> keep) const {
@@ -274,7 +195,7 @@ class LLBuffer {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "anyep low-latency runtime bindings";
+  m.doc() = "anyep runtime bindings (low-latency and high-throughput)";
   if (anyep::env::get_bool("ANYEP_LL_TRACE")) anyep::ext::install_diagnostics();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -298,6 +219,7 @@ PYBIND11_MODULE(_C, m) {
       .def("host_staged", &LLBuffer::host_staged)
       .def("peer_direct", &LLBuffer::peer_direct)
       .def("clean", &LLBuffer::clean)
+      .def("clean_elastic", &LLBuffer::clean_elastic)
       .def("check_error", &LLBuffer::check_error)
       .def("destroy", &LLBuffer::destroy)
       .def("num_bytes", &LLBuffer::num_bytes)
@@ -312,5 +234,6 @@ PYBIND11_MODULE(_C, m) {
       .def("combine", &LLBuffer::combine, py::arg("x"), py::arg("topk_idx"), py::arg("topk_weights"),
            py::arg("src_info"), py::arg("layout_range"), py::arg("num_max_dispatch_tokens_per_rank"),
            py::arg("num_experts"), py::arg("out"), py::arg("combine_wait_recv_cost_stats"), py::arg("staged"),
-           py::arg("launch_stream") = 0);
+           py::arg("launch_stream") = 0, py::arg("use_logfmt") = false);
+  anyep::ext::register_ht(m);
 }

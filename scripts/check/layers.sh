@@ -13,7 +13,7 @@ transport    common/.*  transport/.*  anyep/.*
 kernels      common/.*  channel/ring\.h  channel/transfer_cmd\.h  kernels/.*
 proxy        common/.*  channel/.*  transport/transport\.h  transport/bootstrap/.*  proxy/.*  anyep/.*
 runtime      common/.*  channel/.*  transport/transport\.h  transport/factory\.h  transport/bootstrap/.*  proxy/.*  kernels/.*  runtime/.*  anyep/.*
-capi         common/.*  runtime/.*  capi/.*  anyep/.*
+capi         common/.*  runtime/.*  transport/bootstrap/.*  capi/.*  anyep/.*
 '
 # Why a include is refused, by what it names (first match wins; the generic text otherwise).
 why() {

@@ -3,8 +3,9 @@
 # shm proxy path), the torch-free C++ tests, a one-process Python smoke run (step trace + native
 # backtrace on a crash), then, if the smoke run passes, pytest over the worlds in LL_WORLDS (a
 # pytest -k expression; default: the one-GPU worlds -- 2 and 4 processes sharing GPU 0, over direct
-# stores, proxy over cuda-ipc and proxy over libfabric shm, the proxy ones also under chaos -- and,
-# when two GPUs are visible, the 2-GPU worlds too) with the checks in LL_CHECKS (empty: all), and,
+# stores, proxy over cuda-ipc and proxy over libfabric shm, the proxy ones also under chaos, and
+# the killed-rank worlds (rank 1 gets SIGKILL between calls; LL_WORLDS=killed runs only those) --
+# and, when two GPUs are visible, the 2-GPU worlds too) with the checks in LL_CHECKS (empty: all), and,
 # on two GPUs, the benchmark at the DeepEP shape for the paths in LL_BENCH_PATHS with the NCCL
 # baseline. Every step runs under `timeout`; logs in $OUT; a table last. Exits 1 when a step failed,
 # timed out or was skipped for lack of budget.
@@ -94,7 +95,7 @@ if [ -n "$SO" ]; then
 fi
 
 # ---- 2. C++ tests without torch ----------------------------------------------------------------
-step cpp_layout 20 "$BUILD/tests/gpu/ll/test_ll_layout"
+step cpp_layout 20 "$BUILD/tests/unit/kernels/test_ll_layout"
 step cpp_single 40 env ANYEP_TIMEOUT_S=5 "$BUILD/tests/gpu/ll/test_ll_single_rank"
 
 # ---- 3. one-process Python smoke run -----------------------------------------------------------

@@ -485,6 +485,16 @@ ANYEP_HD ANYEP_INLINE float warp_reduce_max(float v) {
   return v;
 }
 
+template <int Width = kWarpSize>
+ANYEP_HD ANYEP_INLINE float warp_reduce_min(float v) {
+  static_assert(Width > 0 && Width <= kWarpSize && (Width & (Width - 1)) == 0, "Width: power of two <= warp");
+#if defined(ANYEP_DEVICE_PASS)
+#pragma unroll
+  for (int o = Width / 2; o > 0; o >>= 1) v = fminf(v, warp_shuffle_xor(v, o));
+#endif
+  return v;
+}
+
 ANYEP_HD ANYEP_INLINE int popcount64(uint64_t x) {
 #if defined(ANYEP_DEVICE_PASS)
   return __popcll(x);
@@ -615,6 +625,30 @@ ANYEP_DEVICE ANYEP_INLINE uint16_t float2_to_fp8x2_e4m3(float lo, float hi) {
 }
 #endif
 
+// ---- fast math (LogFMT) --------------------------------------------------------------------------
+// Base-2 logarithm and exponential. On NVIDIA GPUs the hardware approximations (lg2.approx /
+// ex2.approx: about 2^-22 relative error; log2(0) = -inf, exp2(-inf) = 0), which DeepEP's LogFMT
+// uses too; elsewhere the math library (the CPU tests' reference; HIP maps it to its own unit).
+ANYEP_HD ANYEP_INLINE float log2_approx(float x) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  float r;
+  asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return log2f(x);
+#endif
+}
+
+ANYEP_HD ANYEP_INLINE float exp2_approx(float x) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  float r;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return exp2f(x);
+#endif
+}
+
 // ---- time and failure ----------------------------------------------------------------------------
 
 // Nanoseconds from a monotonic clock (the GPU's global timer on the device).
@@ -645,6 +679,56 @@ ANYEP_HD ANYEP_INLINE void spin_pause() {
   __builtin_ia32_pause();
 #endif
   sched_yield();
+#endif
+}
+
+// ---- warp votes and barriers, system-scope max (high-throughput kernels) -------------------------
+
+// Bit i set when lane i of `mask` passes a true `pred` (all lanes of `mask` must call this).
+ANYEP_HD ANYEP_INLINE uint64_t warp_ballot(uint64_t mask, bool pred) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __ballot_sync(static_cast<unsigned>(mask), pred);
+#elif defined(ANYEP_DEVICE_PASS)
+  (void)mask;
+  return __ballot(pred);
+#else
+  (void)mask;
+  return pred ? 1u : 0u;
+#endif
+}
+
+// Lanes of `mask` meet here; their earlier memory accesses are ordered before their later ones
+// as seen by each other (a lane that publishes after this covers what the others wrote).
+ANYEP_HD ANYEP_INLINE void warp_sync(uint64_t mask) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  __syncwarp(static_cast<unsigned>(mask));
+#elif defined(ANYEP_DEVICE_PASS)
+  (void)mask;
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+  (void)mask;
+#endif
+}
+
+// Bits of the lanes below this one (for prefix counts over a ballot).
+ANYEP_HD ANYEP_INLINE uint64_t lanes_below() {
+  const int l = warp_lane();
+  return l == 0 ? 0 : (~uint64_t{0} >> (64 - l));
+}
+
+// Monotonic max at system scope with release (a consumer's running total in a peer's memory:
+// stores from several warps may race, the largest wins, and the slots read before it are free).
+ANYEP_HD ANYEP_INLINE void atomic_max_release_system(uint64_t* p, uint64_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("red.release.sys.global.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_fetch_max(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
 #endif
 }
 

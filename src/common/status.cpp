@@ -1,6 +1,13 @@
 #include "anyep/status.h"
 
-extern "C" const char* anyepStatusName(anyepStatus s) {
+#include <cstdint>
+#include <cstring>
+
+extern "C" const char* anyepStatusName(anyepStatus status) {
+  // The bits, not the enum: a C caller may pass any int (loading an out-of-range enum is undefined in C++).
+  int32_t s;
+  static_assert(sizeof status == sizeof s, "C enums are int-sized");
+  std::memcpy(&s, &status, sizeof s);
   switch (s) {
     case anyepSuccess:
       return "anyepSuccess";

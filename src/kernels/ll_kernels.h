@@ -28,6 +28,7 @@ enum ErrorCode : uint32_t {
   kErrSlotOverflow = 5,         // more messages for one (expert, source) than tokens per rank
   kErrBadExpert = 6,            // topk_idx entry outside [-1, E) (host checks are off)
   kErrRingTimeout = 7,          // a proxy ring stayed full (proxy stalled or stopped)
+  kErrBarrierTimeout = 8,       // clean's barrier: a peer did not arrive (without shrink mode)
 };
 struct alignas(32) ErrorRecord {
   uint32_t code;   // ErrorCode; written last
@@ -40,13 +41,17 @@ struct alignas(32) ErrorRecord {
 };
 static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord is 32 bytes");
 
-// Local (not shared) scratch counters the kernels keep at zero between calls.
+// Local (not shared) scratch counters. The first reset_ints() the kernels keep at zero between
+// calls (clean zeroes them); the barrier counts only grow.
 struct Workspace {
-  int32_t* send_slot;    // [E] next free slot per destination expert
-  int32_t* send_done;    // [E] messages written per destination expert
-  int32_t* recv_total;   // [L] rows received per local expert (this call)
-  int32_t* blocks_done;  // [2] finished recv blocks: dispatch, combine
-  static constexpr int64_t ints(int64_t E) { return 3 * E + 8; }
+  int32_t* send_slot;     // [E] next free slot per destination expert
+  int32_t* send_done;     // [E] messages written per destination expert
+  int32_t* recv_total;    // [L] rows received per local expert (this call)
+  int32_t* blocks_done;   // [2] finished recv blocks: dispatch, combine
+  int32_t* barrier_sent;  // [R] barrier arrivals sent to each rank
+  int32_t* barrier_seen;  // [R] barrier arrivals of each rank consumed here
+  static constexpr int64_t reset_ints(int64_t E) { return 3 * E + 8; }
+  static constexpr int64_t ints(int64_t E) { return reset_ints(E) + 2 * E; }  // R <= E
 };
 
 // The channel -> proxy path for peers without direct stores (peers[r] == null). Commands of one
@@ -108,12 +113,17 @@ struct CombineArgs {
   const float* topk_weights = nullptr;      // [N, K]
   void* out = nullptr;                      // bf16 [N, H]
   int64_t* wait_recv_cost_stats = nullptr;  // [R] optional (ns)
+  bool logfmt = false;                      // rows travel as LogFMT (logfmt.h); every rank must agree
 };
 
 #if ANYEP_HAVE_GPU_RUNTIME
 // Launch; returns the launch error (no host sync, no allocation: capturable).
 cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream);
 cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream);
+// The elastic barrier of clean (ll_barrier.cu): arrive at every rank not masked, wait (bounded)
+// for every rank not masked; a rank that does not arrive is masked (shrink mode) or reported.
+// Reads c.rank, c.g.R, c.peers, c.proxy, c.ws (barrier counts), c.mask, c.err, c.timeout_ns, c.local.
+cudaError_t launch_barrier(const Common& c, cudaStream_t stream);
 #endif
 
 inline constexpr int kBlockThreads = 1024;

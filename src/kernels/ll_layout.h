@@ -21,7 +21,7 @@
 //
 // Buffer (two halves b in {0,1} for double buffering; dispatch and combine toggle separately):
 //
-//   signals (offset 0, size S = 2 * 2 * kMaxExperts * 4 = 64 KiB, fixed): the area and every signal's
+//   signals (offset 0, size S = 5 * kMaxExperts * 4 = 80 KiB, fixed): the area and every signal's
 //   position do not depend on the shape, so a call with another shape (other E, T or H) never reads
 //   a stale payload byte of an earlier shape as a signal (signals are reset by their readers; the
 //   payload regions are not).
@@ -31,24 +31,39 @@
 //     combine_flag[b][e] int32 at 4 * (2*X + b*X + e)                (e = global expert)
 //         written by the rank that owns expert e after all its outputs for this home rank:
 //         value 1; the home rank resets it after reading.
+//     barrier[r] int32 at 4 * (4*X + r)                               (r = the arriving rank, r < X)
+//         the elastic barrier of clean (shrink mode): how many barriers rank r has arrived at
+//         here; never reset (clean resets only the 4*X words above), readers keep their own count.
 //   dispatch region (offset S, size D = 2 * E * T * M):
 //     slot (b, l, r, s) at S + ((b*L + l)*R + r) * T * M + s * M     (s < T: arrival slot)
 //         one private region per (local expert l, source rank r): no two senders share a byte.
-//   combine region (offset S + D, size C = 2 * T * kMaxTopk * 2H):
-//     slot (b, t, k) at S + D + ((b*T + t)*kMaxTopk + k) * 2H        (t: token on the home rank)
-//         one private slot per (home token, top-k entry): the expert's BF16 output lands there
-//         and the home rank sums the K slots of a token, weighted, in FP32.
+//   combine region (offset S + D, size C = 2 * T * kMaxTopk * W, slot stride W = 16 + 2H):
+//     slot (b, t, k) at S + D + ((b*T + t)*kMaxTopk + k) * W         (t: token on the home rank)
+//         one private slot per (home token, top-k entry): the expert's output row lands there
+//         and the home rank sums the K slots of a token, weighted, in FP32. A row is
+//           BF16:    bytes [16, 16+2H) the H values (the header [0, 16) is not written);
+//           LogFMT:  (use_logfmt; group encoding in logfmt.h) G = H/128 groups:
+//             [0, 16)  header: encode mask, 4 uint32, bit g%32 of word g/32 = group g encoded
+//             group g at 16 + 256g - 96 * n_g   (n_g: encoded groups before g; an encoded group
+//                      takes 160 bytes, a BF16 group 256, so the groups stay 16-byte aligned)
+//             then the meta words (logfmt.h) of the encoded groups, in group order: group g's at
+//                      16 + 2H - 96 * n + 4 * n_g   (n: encoded groups in the row)
+//             bytes used 16 + 2H - 92 * n <= W: a row fits its slot whatever is encoded, and
+//             the proxy WRITE moves align16(16 + 2H - 92 * n) bytes, not W.
 //   dispatch send staging (offset S + D + C, size P = 2 * T * kMaxTopk * M): proxy path only.
 //     slot (b, t, k) at S + D + C + ((b*T + t)*kMaxTopk + k) * M
 //         a message for a peer without direct stores is built here (header with its own top-k
 //         slot k) and a proxy WRITE copies it to the owner's dispatch slot. Combine needs no
 //         staging area of its own: the row (l, r, s) it returns is staged in the dispatch slot
 //         (b_d, l, r, s) it arrived in (already copied out by the dispatch receive phase, and not
-//         rewritten before rank r has received this combine).
+//         rewritten before rank r has received this combine), laid out as its combine slot (a
+//         dispatch slot, M = align16(16 + 2H) bytes, holds a combine row of W = 16 + 2H bytes).
 //
 // Proxy signals (peers without direct stores): the SIGNAL of a count or flag adds to a 64-bit
 // counter in pinned host memory instead; counter index = the signal's offset / 4 above, so both
-// paths share one numbering (kNumCounters in all). Fence groups (proxy tags) per (kind, half,
+// paths share one numbering (kNumCounters in all; clean resets the first kNumResetCounters). A
+// barrier arrival through the proxy adds 1 to the counter of barrier[r] (no fence: applied on
+// arrival). Fence groups (proxy tags) per (kind, half,
 // local expert): tag = (kind * 2 + b) * max_local + l, max_local = ceil(kMaxExperts / R).
 //
 // Handle storage (int32, one allocation per dispatch: written by the dispatch, read by the combine
@@ -63,14 +78,15 @@
 //
 // Only the runtime (src/runtime) and the kernels read this layout; callers allocate handle_ints().
 //
-// Footprint at T=128, H=7168, R=2, E=288: M = 14352, D = 1,058,144,256, C = 58,720,256,
-// P = 58,785,792, S = 65,536, total 1,175,715,840 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout
+// Footprint at T=128, H=7168, R=2, E=288: M = 14352, D = 1,058,144,256, C = 58,785,792,
+// P = 58,785,792, S = 81,920, total 1,175,797,760 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout
 // (route in the header, one message per destination rank) is the next step (docs/ll.md).
 #pragma once
 
 #include <cstdint>
 
 #include "common/portability.h"
+#include "kernels/logfmt.h"
 
 namespace anyep::ll {
 
@@ -80,9 +96,10 @@ inline constexpr int kUe8m0Pack = 4;     // UE8M0 exponents per int32
 inline constexpr int kMaxHidden = 16384;
 inline constexpr int kHeaderBytes = 16;
 inline constexpr int kSignalAlign = 256;
-inline constexpr int64_t kMaxExperts = 4096;              // signal area and scratch counters are sized for this
-inline constexpr int64_t kNumCounters = 4 * kMaxExperts;  // proxy signal counters (= signal slots)
-inline constexpr int64_t kHandleTail = 4;                 // int32 words after the two planes of a handle (see above)
+inline constexpr int64_t kMaxExperts = 4096;                   // signal area and scratch counters are sized for this
+inline constexpr int64_t kNumResetCounters = 4 * kMaxExperts;  // dispatch counts, combine flags
+inline constexpr int64_t kNumCounters = 5 * kMaxExperts;       // proxy signal counters (= signal slots)
+inline constexpr int64_t kHandleTail = 4;  // int32 words after the two planes of a handle (see above)
 
 // Proxy fence-group kinds (see the tag formula above).
 enum TagKind : int { kTagDispatch = 0, kTagCombine = 1 };
@@ -105,6 +122,33 @@ static_assert(sizeof(MsgHeader) == kHeaderBytes, "LL message header is 16 bytes"
 
 ANYEP_HD ANYEP_INLINE constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+// LogFMT combine rows (see the layout comment): the header is the encode mask, one bit per group.
+inline constexpr int kMaskWordBits = 32;
+inline constexpr int kLogfmtMaskWords = kHeaderBytes / 4;
+inline constexpr int kMaxGroups = kMaxHidden / logfmt::kGroup;
+inline constexpr uint64_t kLogfmtGroupSaving = logfmt::kRawBytes - logfmt::kEncodedBytes;  // 96
+static_assert(logfmt::kGroup == kScaleGroup, "LogFMT groups are the FP8 scale groups (hidden % 128 == 0)");
+static_assert(kLogfmtMaskWords * kMaskWordBits >= kMaxGroups, "the row header has a bit for every group");
+static_assert(kLogfmtGroupSaving % 16 == 0, "groups after an encoded one stay 16-byte aligned");
+
+// Encoded groups before group g, and in all, of a row's mask (bits of groups >= G must be clear).
+ANYEP_HD ANYEP_INLINE int logfmt_before(const uint32_t mask[kLogfmtMaskWords], int g) {
+  int n = 0;
+  for (int w = 0; w < g / kMaskWordBits; ++w) n += port::popcount64(mask[w]);
+  const int bit = g % kMaskWordBits;
+  return bit == 0 ? n : n + port::popcount64(mask[g / kMaskWordBits] & ((1u << bit) - 1u));
+}
+ANYEP_HD ANYEP_INLINE int logfmt_total(const uint32_t mask[kLogfmtMaskWords]) {
+  int n = 0;
+  for (int w = 0; w < kLogfmtMaskWords; ++w) n += port::popcount64(mask[w]);
+  return n;
+}
+// The bits of mask word w that name groups of a row of G groups (a receiver masks what it reads,
+// so that no mask, however damaged, puts an offset outside the row).
+ANYEP_HD ANYEP_INLINE constexpr uint32_t logfmt_word_bits(int w, int64_t G) {
+  return G >= (w + 1) * kMaskWordBits ? ~0u : G <= w * kMaskWordBits ? 0u : (1u << (G - w * kMaskWordBits)) - 1u;
+}
+
 struct Layout {
   int64_t T = 0, H = 0, R = 0, E = 0;
 
@@ -116,12 +160,19 @@ struct Layout {
   // FP8 payload sits right after the header; its scales right after the payload.
   ANYEP_HD ANYEP_INLINE constexpr uint64_t fp8_scale_offset() const { return kHeaderBytes + static_cast<uint64_t>(H); }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t signal_bytes() const {
-    return align_up(2ull * 2ull * static_cast<uint64_t>(kMaxExperts) * 4ull, kSignalAlign);
+    return align_up(static_cast<uint64_t>(kNumCounters) * 4ull, kSignalAlign);
+  }
+  // The part of the signal area clean resets (everything but the barrier words).
+  ANYEP_HD ANYEP_INLINE static constexpr uint64_t reset_signal_bytes() {
+    return static_cast<uint64_t>(kNumResetCounters) * 4ull;
   }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_half_bytes() const {
     return static_cast<uint64_t>(E) * static_cast<uint64_t>(T) * msg_bytes();
   }
-  ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_bytes() const { return 2ull * static_cast<uint64_t>(H); }
+  // Combine slot: the row header, then the row (BF16 or LogFMT, see the layout comment).
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_bytes() const {
+    return kHeaderBytes + 2ull * static_cast<uint64_t>(H);
+  }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_half_bytes() const {
     return static_cast<uint64_t>(T) * kMaxTopk * combine_slot_bytes();
   }
@@ -150,6 +201,10 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_flag_off(int b, int64_t e) const {
     return 4ull * static_cast<uint64_t>(2 * kMaxExperts + b * kMaxExperts + e);
   }
+  // Needs no shape: the barrier runs between shapes.
+  ANYEP_HD ANYEP_INLINE static constexpr uint64_t barrier_off(int64_t r) {
+    return 4ull * static_cast<uint64_t>(kNumResetCounters + r);
+  }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_slot_off(int b, int64_t l, int64_t r, int64_t s) const {
     return signal_bytes() + static_cast<uint64_t>((b * L() + l) * R + r) * static_cast<uint64_t>(T) * msg_bytes() +
            static_cast<uint64_t>(s) * msg_bytes();
@@ -158,6 +213,22 @@ struct Layout {
     return signal_bytes() + 2 * dispatch_half_bytes() +
            static_cast<uint64_t>((b * T + t) * kMaxTopk + k) * combine_slot_bytes();
   }
+  // A BF16 row's values in slot (b, t, k).
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_values_off(int b, int64_t t, int64_t k) const {
+    return combine_slot_off(b, t, k) + kHeaderBytes;
+  }
+  // LogFMT row, offsets from the row's start: group g (n_before encoded groups before it), the meta
+  // word of an encoded group, and the bytes a row with n encoded groups uses (16-byte multiple).
+  ANYEP_HD ANYEP_INLINE static constexpr uint64_t logfmt_group_off(int64_t g, int n_before) {
+    return kHeaderBytes + static_cast<uint64_t>(g) * logfmt::kRawBytes -
+           static_cast<uint64_t>(n_before) * kLogfmtGroupSaving;
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t logfmt_meta_off(int n, int n_before) const {
+    return kHeaderBytes + 2ull * static_cast<uint64_t>(H) - static_cast<uint64_t>(n) * kLogfmtGroupSaving +
+           static_cast<uint64_t>(n_before) * logfmt::kMetaBytes;
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t logfmt_row_bytes(int n) const { return align_up(logfmt_meta_off(n, n), 16); }
+  ANYEP_HD ANYEP_INLINE constexpr int64_t groups() const { return H / logfmt::kGroup; }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t stage_slot_off(int b, int64_t t, int64_t k) const {
     return signal_bytes() + 2 * dispatch_half_bytes() + 2 * combine_half_bytes() +
            static_cast<uint64_t>((b * T + t) * kMaxTopk + k) * msg_bytes();

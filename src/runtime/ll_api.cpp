@@ -100,6 +100,7 @@ LLCall combine(LowLatencyBuffer& buf, const LLCombineIn& in, const TensorRef& ou
   a.topk_weights = static_cast<const float*>(in.topk_weights.data);
   a.out = out.data;
   a.wait_recv_cost_stats = static_cast<int64_t*>(in.wait_recv_cost_stats.data);
+  a.logfmt = in.use_logfmt;
   LLCall call(buf, a);
   call.launch(phases, stream);
   return call;

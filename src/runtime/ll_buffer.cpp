@@ -1,28 +1,21 @@
 #include "runtime/ll_buffer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "runtime/ipc_peers.h"
+#include "runtime/ll_error.h"
 
 namespace anyep::runtime {
 namespace {
 
 void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL", what); }
 
-// Connection record exchanged at construction (fixed size, plain bytes).
-struct PeerInfo {
-  uint32_t magic;
-  int32_t rank;
-  char host[64];
-  char pci[32];
-  cudaIpcMemHandle_t handle;
-  int64_t num_bytes;
-};
 constexpr uint32_t kPeerInfoMagic = 0x414c4c31;  // "ALL1"
 
 }  // namespace
@@ -128,58 +121,23 @@ void LowLatencyBuffer::destroy() {
 
 std::vector<uint8_t> LowLatencyBuffer::local_info() const {
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  PeerInfo info{};
-  info.magic = kPeerInfoMagic;
-  info.rank = rank_;
-  gethostname(info.host, sizeof(info.host) - 1);
-  cuda_check(cudaDeviceGetPCIBusId(info.pci, sizeof(info.pci), device_), "cudaDeviceGetPCIBusId");
-  if (!host_staged())
-    cuda_check(cudaIpcGetMemHandle(&info.handle, local_), "cudaIpcGetMemHandle");  // host-staged: proxy only
-  info.num_bytes = num_bytes_;
-  std::vector<uint8_t> out(sizeof(info));
-  std::memcpy(out.data(), &info, sizeof(info));
-  return out;
+  // Host-staged: reached through the proxy only, no IPC handle.
+  return make_ipc_record(kPeerInfoMagic, rank_, device_, host_staged() ? nullptr : local_, num_bytes_);
 }
 
 void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos, transport::Bootstrap* boot) {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
-  if (static_cast<int>(infos.size()) != num_ranks_)
-    throw InvalidArgument("anyep LL connect: got " + std::to_string(infos.size()) + " records for " +
-                          std::to_string(num_ranks_) + " ranks");
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  char my_host[64] = {};
-  gethostname(my_host, sizeof(my_host) - 1);
+  const std::vector<IpcRecord> recs =
+      parse_ipc_records(infos, kPeerInfoMagic, num_ranks_, num_bytes_, "anyep LL connect");
   for (int r = 0; r < num_ranks_; ++r) {
-    PeerInfo info{};
-    if (infos[r].size() != sizeof(info))
-      throw InvalidArgument("anyep LL connect: record of rank " + std::to_string(r) + " has the wrong size");
-    std::memcpy(&info, infos[r].data(), sizeof(info));
-    if (info.magic != kPeerInfoMagic || info.rank != r)
-      throw InvalidArgument("anyep LL connect: record " + std::to_string(r) +
-                            " is not an anyep LL record for that rank");
-    if (info.num_bytes != num_bytes_)
-      throw InvalidArgument("anyep LL connect: rank " + std::to_string(r) + " allocated " +
-                            std::to_string(info.num_bytes) + " bytes, this rank " + std::to_string(num_bytes_) +
-                            " (buffers must be symmetric)");
     if (r == rank_) {
       host_peers_[r] = local_;
       continue;
     }
     if (path_ != LLPath::kAuto) continue;  // each process its own node: every peer through the proxy
-    if (std::strncmp(info.host, my_host, sizeof(my_host)) != 0) continue;  // other node: proxy path
-    int peer_dev = -1;
-    if (cudaDeviceGetByPCIBusId(&peer_dev, info.pci) != cudaSuccess) {
-      cudaGetLastError();
-      continue;
-    }
-    int can = (peer_dev == device_);
-    if (!can) cuda_check(cudaDeviceCanAccessPeer(&can, device_, peer_dev), "cudaDeviceCanAccessPeer");
-    if (!can) continue;
-    void* p = nullptr;
-    cuda_check(cudaIpcOpenMemHandle(&p, info.handle, cudaIpcMemLazyEnablePeerAccess),
-               ("cudaIpcOpenMemHandle for rank " + std::to_string(r)).c_str());
-    host_peers_[r] = static_cast<uint8_t*>(p);
-    opened_[r] = true;
+    host_peers_[r] = open_ipc_peer(recs[r], device_, "anyep LL connect");  // null: proxy path
+    opened_[r] = host_peers_[r] != nullptr;
   }
   cuda_check(cudaMemcpy(dev_peers_, host_peers_.data(), sizeof(uint8_t*) * num_ranks_, cudaMemcpyHostToDevice),
              "upload peer table");
@@ -227,11 +185,35 @@ ll::Layout LowLatencyBuffer::layout_for(const LLShape& s) const {
   return validate_layout(s.max_tokens, s.hidden, s.num_experts, info());
 }
 
+ll::Common LowLatencyBuffer::common_base() const {
+  ll::Common c;
+  c.g.R = num_ranks_;
+  c.host_mem = host_staged();
+  if (proxy_) c.proxy = proxy_->path();
+  c.rank = rank_;
+  c.num_blocks = num_blocks_;
+  c.local = local_;
+  c.peers = dev_peers_;
+  // Fixed offsets (not E-dependent), like the signals: a shape change never aliases one counter
+  // array onto another.
+  constexpr int64_t X = ll::kMaxExperts;
+  c.ws.send_slot = ws_;
+  c.ws.send_done = ws_ + X;
+  c.ws.recv_total = ws_ + 2 * X;
+  c.ws.blocks_done = ws_ + 3 * X;
+  c.ws.barrier_sent = ws_ + ll::Workspace::reset_ints(X);
+  c.ws.barrier_seen = ws_ + ll::Workspace::reset_ints(X) + X;
+  c.err = err_dev_;
+  c.timeout_ns = timeout_ns_;
+  c.mask = mask_;
+  return c;
+}
+
 ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int num_topk, int buf) {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   if (!connected_) throw InvalidArgument("anyep LL: buffer not connected");
   check_error();
-  ll::Common c;
+  ll::Common c = common_base();
   c.g = layout_for(s);
   if (num_tokens < 0 || num_tokens > s.max_tokens)
     throw InvalidArgument("anyep LL: " + std::to_string(num_tokens) +
@@ -243,25 +225,9 @@ ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int nu
     if (!host_peers_[r] && !proxy_)
       throw Unsupported("anyep LL: rank " + std::to_string(r) + " is not reachable over NVLink/CUDA IPC from rank " +
                         std::to_string(rank_) + " and this buffer has no proxy (connect() was given no bootstrap)");
-  c.host_mem = host_staged();
-  if (proxy_) c.proxy = proxy_->path();
-  c.rank = rank_;
   c.num_topk = num_topk;
   c.num_tokens = num_tokens;
   c.buf = buf;
-  c.num_blocks = num_blocks_;
-  c.local = local_;
-  c.peers = dev_peers_;
-  // Fixed offsets (not E-dependent), like the signals: a shape change never aliases one counter
-  // array onto another.
-  constexpr int64_t X = ll::kMaxExperts;
-  c.ws.send_slot = ws_;
-  c.ws.send_done = ws_ + X;
-  c.ws.recv_total = ws_ + 2 * X;
-  c.ws.blocks_done = ws_ + 3 * X;
-  c.err = err_dev_;
-  c.timeout_ns = timeout_ns_;
-  c.mask = mask_;
   return c;
 }
 
@@ -293,14 +259,53 @@ void LowLatencyBuffer::clean() {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(cudaDeviceSynchronize(), "synchronize before clean");
-  // Signals live in a fixed area at the start of the buffer (ll_layout.h), whatever the shape.
-  const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::Layout{}.signal_bytes()));
+  // Signals live in a fixed area at the start of the buffer (ll_layout.h), whatever the shape; the
+  // barrier words after them, and the barrier counts of the workspace, only grow.
+  const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::Layout::reset_signal_bytes()));
   cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), "clear LL signals");
-  cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "clear LL workspace");
+  cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ll::Workspace::reset_ints(ll::kMaxExperts)) * 4),
+             "clear LL workspace");
   cuda_check(cudaDeviceSynchronize(), "synchronize after clean");
   if (proxy_) proxy_->clear_counters();
   std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
   dispatch_half_ = combine_half_ = 0;
+}
+
+void LowLatencyBuffer::run_barrier(const char* when) {
+  cudaEvent_t done = nullptr;
+  cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "create the barrier's event");
+  cudaError_t e = ll::launch_barrier(common_base(), nullptr);
+  if (e == cudaSuccess) e = cudaEventRecord(done, nullptr);
+  // Poll instead of a blocking sync: a proxy thread of the cuda-ipc transport submitting the
+  // barrier's signals must not be stalled by this thread (docs/ll.md, "Proxy path"). The kernel's
+  // waits are bounded by ANYEP_TIMEOUT_S; the host gives it that twice, plus slack.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::nanoseconds(2 * timeout_ns_) + std::chrono::seconds(30);
+  while (e == cudaSuccess) {
+    e = cudaEventQuery(done);
+    if (e != cudaErrorNotReady) break;  // done (cudaSuccess) or a real error
+    e = cudaSuccess;                    // not yet: poll again
+    if (std::chrono::steady_clock::now() > deadline) {
+      cudaEventDestroy(done);
+      throw TimeoutError(std::string("anyep LL: rank ") + std::to_string(rank_) + ": the clean barrier " + when +
+                         " did not finish in twice ANYEP_TIMEOUT_S (a stalled GPU or proxy)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  cudaEventDestroy(done);
+  cuda_check(e, std::string("clean barrier ") + when);
+}
+
+void LowLatencyBuffer::clean_elastic() {
+  if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  if (!connected_) throw InvalidArgument("anyep LL: buffer not connected");
+  if (!mask_) throw InvalidArgument("anyep LL: the elastic clean needs a Buffer built with enable_shrink=True");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaDeviceSynchronize(), "synchronize before clean");  // this rank's kernels are done
+  run_barrier("before clean");  // every live peer's kernels are done: nothing writes here any more
+  clean();
+  run_barrier("after clean");  // no peer sends into a buffer that is not clean yet
+  check_error();               // what the second barrier reported (clean cleared the record)
 }
 
 void LowLatencyBuffer::set_mask(int rank, bool masked, cudaStream_t stream) {
@@ -335,42 +340,7 @@ void LowLatencyBuffer::check_error() const {
   if (!err_host_) return;
   const uint32_t code = __atomic_load_n(&err_host_->code, __ATOMIC_ACQUIRE);
   if (code == ll::kErrNone) return;
-  const ll::ErrorRecord& e = *err_host_;
-  using std::to_string;
-  // Plain string concatenation: no iostreams in library code (docs/ll.md, "toolchain note").
-  std::string m = "anyep LL: rank " + to_string(e.rank) + ": ";
-  switch (code) {
-    case ll::kErrDispatchRecvTimeout:
-      m += "dispatch timed out waiting for the token count of expert " + to_string(e.expert) + " from rank " +
-           to_string(e.peer);
-      break;
-    case ll::kErrCombineRecvTimeout:
-      m += "combine timed out waiting for expert " + to_string(e.expert) + " (owned by rank " + to_string(e.peer) + ")";
-      if (e.value >= 0) m += " needed by token " + to_string(e.value);
-      break;
-    case ll::kErrSendTimeout:
-      m += "dispatch send timed out: this GPU's blocks did not finish the " + to_string(e.value) +
-           " tokens for expert " + to_string(e.expert);
-      break;
-    case ll::kErrNoPeer:
-      m += "rank " + to_string(e.peer) + " (expert " + to_string(e.expert) +
-           ") has no direct path and this buffer has no proxy";
-      break;
-    case ll::kErrRingTimeout:
-      m += "proxy ring " + to_string(e.value) + " stayed full while sending expert " + to_string(e.expert) +
-           " to rank " + to_string(e.peer) + " (proxy stalled or stopped)";
-      break;
-    case ll::kErrSlotOverflow:
-      throw InvalidArgument(m + "more than num_max_dispatch_tokens_per_rank messages for expert " +
-                            to_string(e.expert) + " (duplicate experts in a token's topk_idx?)");
-    case ll::kErrBadExpert:
-      throw InvalidArgument(m + "topk_idx holds expert " + to_string(e.expert) + " (token " + to_string(e.value) +
-                            "), outside [-1, num_experts)");
-    default:
-      m += "unknown device error code " + to_string(code);
-  }
-  m += " (timeout ANYEP_TIMEOUT_S; call clean_low_latency_buffer or rebuild the Buffer)";
-  throw TimeoutError(m);
+  raise_device_error(code, *err_host_);  // runtime/ll_error.h: the message names the peer
 }
 
 }  // namespace anyep::runtime

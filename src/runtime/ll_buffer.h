@@ -86,8 +86,14 @@ class LowLatencyBuffer {
   void launch(ll::CombineArgs a, int phases, cudaStream_t stream) const;
 
   // Zero the signals and counters of both halves (after a timeout, or a shape change), on the
-  // current device synchronously.
+  // current device synchronously. The caller makes sure no peer still writes into this buffer
+  // (a barrier over all ranks before and after: clean_elastic, or the caller's own).
   void clean();
+  // Shrink mode: barrier, clean(), barrier, where the barrier (a kernel over the LL paths,
+  // ll_barrier.cu) skips masked ranks and masks a rank that does not arrive within
+  // ANYEP_TIMEOUT_S, so a dead rank cannot hang it. Every live rank must call it. Throws
+  // InvalidArgument without shrink mode, TimeoutError if the barrier itself could not run.
+  void clean_elastic();
   // Throws TimeoutError (or InvalidArgument for misuse detected on the device) if a kernel
   // reported an error; clears nothing (the buffer must be cleaned or rebuilt).
   void check_error() const;
@@ -101,6 +107,8 @@ class LowLatencyBuffer {
 
  private:
   ll::Common common_for(const LLShape& s, int num_tokens, int num_topk, int buf);
+  ll::Common common_base() const;  // the shape-free part (paths, workspace, error record, mask)
+  void run_barrier(const char* when);
   void connect_proxy(transport::Bootstrap& boot);
   int rank_, num_ranks_, device_ = 0, num_blocks_ = 0;
   int64_t num_bytes_;

@@ -17,27 +17,6 @@ constexpr uint32_t kRingCapacity = 4096;  // commands per ring (a DeepEP-shaped 
 
 }  // namespace
 
-LLPath parse_ll_path(const std::string& name) {
-  const std::string v = name.empty() ? env::get_enum("ANYEP_LL_PATH") : name;
-  if (v == "auto") return LLPath::kAuto;
-  if (v == "proxy-cuda-ipc") return LLPath::kProxyCudaIpc;
-  if (v == "proxy-libfabric") return LLPath::kProxyLibfabric;
-  throw InvalidArgument("anyep LL: path '" + v +
-                        "' (ANYEP_LL_PATH) is not one of auto, proxy-cuda-ipc, proxy-libfabric");
-}
-
-const char* ll_path_name(LLPath p) {
-  switch (p) {
-    case LLPath::kAuto:
-      return "auto";
-    case LLPath::kProxyCudaIpc:
-      return "proxy-cuda-ipc";
-    case LLPath::kProxyLibfabric:
-      return "proxy-libfabric";
-  }
-  return "?";
-}
-
 std::vector<std::unique_ptr<transport::Transport>> LLProxyLink::make_endpoints(LLPath path, int rank, int num_ranks,
                                                                                int device, uint32_t threads) {
   // Through the factory, so that ANYEP_CHAOS_SEED puts this path under chaos too.
@@ -115,7 +94,10 @@ ll::ProxyPath LLProxyLink::path() const {
 
 void LLProxyLink::check() const { proxy_->check(); }
 
-void LLProxyLink::clear_counters() { std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumCounters); }
+// The barrier's counters (after kNumResetCounters) only grow: the elastic barrier counts arrivals.
+void LLProxyLink::clear_counters() {
+  std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumResetCounters);
+}
 
 std::string LLProxyLink::describe() const {
   return transport_name_ + ", " + std::to_string(proxy_->num_threads()) + " proxy threads, " +

@@ -15,22 +15,11 @@
 #include "channel/channel.h"
 #include "kernels/ll_kernels.h"
 #include "proxy/proxy.h"
+#include "runtime/ll_path.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/transport.h"
 
 namespace anyep::runtime {
-
-// How the LL buffer reaches its peers.
-enum class LLPath : uint8_t {
-  kAuto,            // direct stores (CUDA IPC) where reachable; the proxy over libfabric for the rest
-  kProxyCudaIpc,    // every peer through the proxy over the cuda-ipc transport (each process a node)
-  kProxyLibfabric,  // every peer through the proxy over libfabric (each process a node); the buffer
-                    // lives in pinned host memory when the provider cannot register GPU memory
-};
-
-// "" reads ANYEP_LL_PATH. Throws InvalidArgument naming the accepted values.
-LLPath parse_ll_path(const std::string& name);
-const char* ll_path_name(LLPath p);
 
 class LLProxyLink {
  public:
@@ -50,7 +39,7 @@ class LLProxyLink {
   ll::ProxyPath path() const;
   // Raises the first error of a proxy thread or a ring producer (InvalidArgument / TimeoutError...).
   void check() const;
-  // Zeroes the signal counters (the caller has synchronized the device).
+  // Zeroes the signal counters but the barrier's (the caller has synchronized the device).
   void clear_counters();
   std::string describe() const;  // "cuda-ipc/cuda-ipc, 4 threads, 16 rings" (for messages and logs)
 

@@ -58,6 +58,7 @@ struct LLCombineIn {
   int64_t max_tokens = 0;
   int64_t num_experts = 0;
   TensorRef wait_recv_cost_stats;  // optional Long [R]
+  bool use_logfmt = false;         // rows travel as LogFMT-10 (kernels/logfmt.h); every rank must agree
 };
 
 struct LLCombinePlan {

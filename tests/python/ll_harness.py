@@ -14,10 +14,11 @@ import torch.distributed as dist
 FP8_MAX = 448.0
 
 
-def make_inputs(seed, n, hidden, k, num_experts, drop=0.15, exclude=None, device="cuda"):
-    """Tokens, routing (distinct experts per token, some -1, some tokens routed nowhere), weights."""
+def make_inputs(seed, n, hidden, k, num_experts, drop=0.15, exclude=None, device="cuda", x_scale=1.0):
+    """Tokens, routing (distinct experts per token, some -1, some tokens routed nowhere), weights.
+    x_scale scales the tokens (small tokens: most LogFMT groups encode)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, hidden, generator=g) * (torch.rand(n, 1, generator=g) * 4 + 0.1)
+    x = torch.randn(n, hidden, generator=g) * (torch.rand(n, 1, generator=g) * 4 + 0.1) * x_scale
     scores = torch.rand(n, num_experts, generator=g)
     if exclude is not None:
         scores[:, exclude] = -1.0
@@ -127,6 +128,79 @@ def check_combine(out, x, idx, w, scale, what):
     torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2, msg=lambda m: f"{what}: {m}")
 
 
+# ---- LogFMT (use_logfmt=True combine): a torch reference of the format (src/kernels/logfmt.h) ----
+LOGFMT_GROUP, LOGFMT_STEPS, LOGFMT_RANGE = 128, 510, 32.0
+
+
+def logfmt_round_trip(rows):
+    """What LogFMT makes of BF16 rows [..., H] (float32 result): per group of 128 values with
+    amax < 1, log2(amin) > log2(amax) - 32 clipped, amin < amax, all finite: values rounded to the
+    nearest of 511 log-spaced levels between amin and amax (or 0); other groups unchanged. torch's
+    log2/exp2 differ from the GPU's approximations, so a value near the middle of two levels may land
+    on the other one: compare with a tolerance. Also returns the per-group "encoded" mask."""
+    v = rows.float().reshape(*rows.shape[:-1], -1, LOGFMT_GROUP)
+    a = v.abs()
+    finite = torch.isfinite(v).all(dim=-1, keepdim=True)
+    amax = a.amax(dim=-1, keepdim=True)
+    amin = a.amin(dim=-1, keepdim=True)
+    log_amax = torch.log2(amax)
+    log_amin = torch.maximum(torch.log2(amin), log_amax - LOGFMT_RANGE)
+    enc = finite & (log_amax < 0) & (log_amin < log_amax)
+    step = torch.where(enc, (log_amax - log_amin) / LOGFMT_STEPS, torch.ones_like(amax))
+    bias = 2 - torch.log2((1 + torch.exp2(step)) / 2) / step - log_amin / step
+    code = torch.floor(torch.clamp(torch.log2(a) / step + bias, min=0, max=LOGFMT_STEPS + 1))
+    dec = torch.where(code > 0, torch.exp2((code - 1) * step + log_amin), torch.zeros_like(a)) * torch.sign(v)
+    out = torch.where(enc, dec, v)
+    return out.reshape(rows.shape), enc.squeeze(-1)
+
+
+def calc_diff(x, y):
+    """DeepEP's accuracy measure (tests/utils.py at 567632d): 1 - cosine-like similarity of x+1, y+1."""
+    x, y = x.double() + 1, y.double() + 1
+    return (1 - 2 * (x * y).sum() / (x * x + y * y).sum()).item()
+
+
+def combine_ref_logfmt(x, idx, w, scale):
+    """combine_ref with every expert output row through logfmt_round_trip; also the fraction of
+    the rows' groups that encode."""
+    valid = idx >= 0
+    s = scale[idx.clamp(min=0)]
+    rows = (x.float()[:, None, :] * s[:, :, None]).to(torch.bfloat16)  # what each expert returns
+    dec, enc = logfmt_round_trip(rows)
+    frac = float(enc[valid].float().mean()) if bool(valid.any()) else 0.0
+    return (dec * (w * valid)[:, :, None]).sum(dim=1), frac
+
+
+def check_combine_logfmt(out, x, idx, w, scale, what):
+    """A LogFMT combine against (1) the exact reference with DeepEP's bound for a BF16 dispatch
+    (calc_diff < 1e-5, tests/test_low_latency.py), (2) the torch LogFMT reference: the output must
+    follow the LogFMT levels (much closer to it than to the exact sum), which shows that the rows
+    travelled encoded, and no NaN."""
+    assert not bool(torch.isnan(out).any()), f"{what}: NaN in the output"
+    exact = combine_ref(x, idx, w, scale)
+    emul, frac = combine_ref_logfmt(x, idx, w, scale)
+    diff = calc_diff(exact, out.float())
+    assert diff < 1e-5, f"{what}: calc_diff {diff:.3g} >= 1e-5 (DeepEP's bound for a BF16 dispatch)"
+    # Elementwise: the BF16 rounding of the output, plus a level (4.4%) where torch's log2 and the
+    # GPU's disagree about the nearest level.
+    torch.testing.assert_close(out.float(), emul, rtol=5e-2, atol=1e-3, msg=lambda m: f"{what} (LogFMT reference): {m}")
+    # Groups that no row of the token encodes travel as BF16: only the output's rounding remains.
+    _, enc = logfmt_round_trip((x.float()[:, None, :] * scale[idx.clamp(min=0)][:, :, None]).to(torch.bfloat16))
+    plain = ~((enc & (idx >= 0)[:, :, None]).any(dim=1))  # [N, G]
+    plain = plain.repeat_interleave(LOGFMT_GROUP, dim=1)
+    torch.testing.assert_close(out.float()[plain], exact[plain], rtol=1e-2, atol=1e-4,
+                               msg=lambda m: f"{what} (groups left in BF16): {m}")
+    if frac > 0.5:
+        # Both references rounded to BF16 as the output is: what is left against the LogFMT one is
+        # a level that torch's log2 placed otherwise, against the exact one the LogFMT rounding.
+        e_exact = float(((out.float() - exact.to(torch.bfloat16).float()) ** 2).sum())
+        e_emul = float(((out.float() - emul.to(torch.bfloat16).float()) ** 2).sum())
+        assert e_emul < 0.1 * e_exact, \
+            f"{what}: output does not follow the LogFMT levels ({frac:.0%} of groups encode; " \
+            f"squared error {e_emul:.3g} vs LogFMT reference, {e_exact:.3g} vs exact)"
+    return diff, frac
+
+
 def poison_like(shape, dtype, device="cuda"):
     """Fill, then free, a block of the size the next output will take: the caching allocator
     hands the poisoned block back, so stale data cannot pass for new output."""
@@ -158,13 +232,14 @@ class Ctx:
         return [make_inputs(seed * 131 + s, n_of(s), H, K, E, **kw) for s in range(self.world)]
 
     def roundtrip(self, seed, T, H, K, E, mode="bf16", n_of=None, exclude=None, hook=False, async_finish=False,
-                  check_comb=True, buf=None, masked=()):
+                  check_comb=True, buf=None, masked=(), logfmt=False, x_scale=1.0):
         """Dispatch and combine on `buf` (default: the world's buffer) and check both against the
-        reference; ranks in `masked` (shrink mode) sit the call out and are left out of it."""
+        reference; ranks in `masked` (shrink mode) sit the call out and are left out of it.
+        logfmt: the combine sends LogFMT (checked with check_combine_logfmt)."""
         me, world, L = self.me, self.world, E // self.world
         buf = buf or self.buf
         n_of = n_of or (lambda s: T - (s % 3))
-        inputs = self.all_inputs(seed, n_of, H, K, E, exclude=exclude)
+        inputs = self.all_inputs(seed, n_of, H, K, E, exclude=exclude, x_scale=x_scale)
         x, idx, w = inputs[me]
         poison_like((L, world * T, H), torch.bfloat16 if mode == "bf16" else torch.float8_e4m3fn)
         recv, cnt, handle, ev, hk = buf.low_latency_dispatch(
@@ -188,13 +263,15 @@ class Ctx:
         y = expert_outputs(me, L, recv_bf16, scale)
         out = torch.full((x.size(0), H), float("nan"), dtype=torch.bfloat16, device="cuda")
         comb, ev2, hk2 = buf.low_latency_combine(y, idx, w, handle, async_finish=async_finish,
-                                                       return_recv_hook=hook, out=out)
+                                                       return_recv_hook=hook, out=out, use_logfmt=logfmt)
         if hook:
             hk2()
         if async_finish:
             ev2.current_stream_wait()
         wait_gpu()
         assert comb.data_ptr() == out.data_ptr()
+        if logfmt:
+            return check_combine_logfmt(comb, x, without_masked(idx, masked, L), w, scale, f"LogFMT combine seed {seed}")
         check_combine(comb, x, without_masked(idx, masked, L), w, scale, f"combine seed {seed}")
 
 
@@ -227,6 +304,33 @@ def c_receive_nothing(c):
 
 def c_hook(c):
     c.roundtrip(5, T_SMALL, H_SMALL, K_SMALL, e_small(c.world), hook=True)
+
+
+def c_logfmt(c):
+    """LogFMT combine (use_logfmt=True), plain, hook and async: small tokens (most groups encode,
+    some stay BF16) and full-size ones (most stay BF16), against the exact reference with DeepEP's
+    bound (calc_diff < 1e-5) and against a torch model of the format; then a BF16 combine on the
+    same buffer is whole again."""
+    E = e_small(c.world)
+    c.roundtrip(30, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True, x_scale=0.15)
+    c.roundtrip(31, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True, x_scale=0.15, hook=True)
+    c.roundtrip(32, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True, x_scale=0.05, async_finish=True)
+    c.roundtrip(33, T_SMALL, H_SMALL, K_SMALL, E, logfmt=True)
+    c.roundtrip(34, T_SMALL, H_SMALL, K_SMALL, E)
+    # The same call twice gives the same bits, BF16 and LogFMT (the receive sums the slots in slot
+    # order; DeepEP's --pressure-test compares hashes of 20 reruns). A dispatch per combine: through
+    # the proxy, combines of one handle stage their rows in the same dispatch slots.
+    L = E // c.world
+    x, idx, w = c.all_inputs(35, lambda s: T_SMALL, H_SMALL, K_SMALL, E, x_scale=0.15)[c.me]
+    outs = []
+    for lf in (False, False, True, True):
+        recv, _, handle, _, _ = c.buf.low_latency_dispatch(x, idx, T_SMALL, E, use_fp8=False)
+        outs.append(c.buf.low_latency_combine(expert_outputs(c.me, L, recv, expert_scale(E)), idx, w, handle,
+                                              use_logfmt=lf)[0])
+    wait_gpu()
+    assert torch.equal(outs[0], outs[1]), "two equal BF16 combines differ"
+    assert torch.equal(outs[2], outs[3]), "two equal LogFMT combines differ"
+    assert not torch.equal(outs[0], outs[2]), "LogFMT and BF16 combines are identical: nothing was encoded"
 
 
 def small_shape(c):
@@ -415,15 +519,19 @@ def c_mask_rank(c):
         buf.destroy()
 
 
+def dead_rank_setup(c):
+    """(E, T, H, K, the rank that plays dead: the last, its own shrink-mode Buffer with a 2 s timeout)."""
+    E, T, H = e_small(c.world), 32, 1024
+    return E, T, H, 4, c.world - 1, small_buffer(c, T, H, E, env={"ANYEP_TIMEOUT_S": "2"}, enable_shrink=True)
+
+
 def c_dead_rank(c):
     """Shrink mode, a dead rank: the last rank skips a dispatch and its combine; the others (a 2 s
     timeout) finish the call with it masked, no error, and results without it; then every rank
     cleans and a round trip with every rank is whole again. Needs 2 or more ranks."""
     if c.world < 2:
         return
-    E, T, H, K = e_small(c.world), 32, 1024, 4
-    d = c.world - 1
-    buf = small_buffer(c, T, H, E, env={"ANYEP_TIMEOUT_S": "2"}, enable_shrink=True)
+    E, T, H, K, d, buf = dead_rank_setup(c)
     try:
         if c.me != d:
             t0 = time.time()
@@ -439,6 +547,39 @@ def c_dead_rank(c):
         wait_gpu()
         buf.check_async_error()
         assert query_mask(buf, c.world) == [0] * c.world
+    finally:
+        dist.barrier()
+        buf.destroy()
+
+
+def c_dead_rank_clean(c):
+    """Shrink mode, a rank dead during clean_low_latency_buffer: the last rank skips a clean; the
+    others' clean (a 2 s timeout) masks it instead of hanging, with no error, and round trips
+    without it work; then it is unmasked, every rank cleans (the survivors took back their arrival
+    at the barrier it missed, so the counts agree) and a round trip with every rank is whole again.
+    Needs 2 or more ranks."""
+    if c.world < 2:
+        return
+    E, T, H, K, d, buf = dead_rank_setup(c)
+    try:
+        c.roundtrip(830, T, H, K, E, buf=buf)
+        wait_gpu()
+        if c.me != d:
+            t0 = time.time()
+            buf.clean_low_latency_buffer(T, H, E)  # rank d does not come: masked after the timeout
+            assert time.time() - t0 < 60, f"the survivors' clean took {time.time() - t0:.0f} s"
+            assert query_mask(buf, c.world) == [int(r == d) for r in range(c.world)], "the dead rank is not masked"
+            buf.check_async_error()  # masked, not failed
+            for it in range(2):  # an even number of calls: the halves stay in step
+                c.roundtrip(831 + it, T, H, K, E, buf=buf, masked={d}, logfmt=(it == 1), x_scale=0.15)
+            wait_gpu()
+            buf.low_latency_clean_mask_buffer()
+        dist.barrier()  # rank d comes back once the survivors are done
+        buf.clean_low_latency_buffer(T, H, E)
+        assert query_mask(buf, c.world) == [0] * c.world, "a rank was masked in the clean with every rank"
+        c.roundtrip(833, T, H, K, E, buf=buf)
+        wait_gpu()
+        buf.check_async_error()
     finally:
         dist.barrier()
         buf.destroy()
@@ -466,6 +607,7 @@ def c_deepep_shape(c):
     """128 tokens/rank, hidden 7168, top-8, 288 experts: FP8 dispatch, then BF16 round trip."""
     c.roundtrip(20, 128, 7168, 8, 288, mode="fp8")
     c.roundtrip(21, 128, 7168, 8, 288, mode="bf16")
+    c.roundtrip(22, 128, 7168, 8, 288, mode="bf16", logfmt=True, x_scale=0.15)  # 56 groups: two mask words
 
 
 def expect_error(exc, fragment, fn):
@@ -521,6 +663,8 @@ def c_bad_input(c):
     expect_error(ValueError, "x must have shape", lambda: b.low_latency_combine(recv[:, 1:].contiguous(), idx, w, handle))
     expect_error(ValueError, "topk_weights must be Float", lambda: b.low_latency_combine(recv, idx, w.double(), handle))
     expect_error(ValueError, "handle", lambda: b.low_latency_combine(recv, idx, w, (handle[0].clone(),) + handle[1:]))
+    expect_error(ValueError, "use_logfmt and zero_copy",
+                 lambda: b.low_latency_combine(recv, idx, w, handle, use_logfmt=True, zero_copy=True))
     # The state is still consistent: a correct combine for that dispatch works.
     scale = expert_scale(E)
     out, _, _ = b.low_latency_combine(expert_outputs(c.me, E // c.world, recv, scale), idx, w, handle)
@@ -528,29 +672,30 @@ def c_bad_input(c):
     check_combine(out, x, idx, w, scale, "combine after bad input")
 
 
-ALL_CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_receive_nothing, c_hook,
+ALL_CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_receive_nothing, c_hook, c_logfmt,
               c_hook_two_microbatches, c_async, c_cuda_graph, c_cuda_graph_replay, c_mask_rank, c_dead_rank,
-              c_200_iterations, c_deepep_shape]
+              c_dead_rank_clean, c_200_iterations, c_deepep_shape]
 
 
-def selected_checks():
-    """ANYEP_TEST_LL_CHECKS=name,name,... runs only those checks (a short device run); unset: all."""
-    names = [n.strip() for n in os.environ.get("ANYEP_TEST_LL_CHECKS", "").split(",") if n.strip()]
+def select_checks(all_checks, env_name):
+    """`env_name`=name,name,... runs only those checks (a short device run); unset: all of
+    `all_checks`. c_timeout is named that way too (timeout_selected). Shared with ht_harness."""
+    names = [n.strip() for n in os.environ.get(env_name, "").split(",") if n.strip()]
     if not names:
-        return list(ALL_CHECKS)
-    by_name = {c.__name__: c for c in ALL_CHECKS}
+        return list(all_checks)
+    by_name = {c.__name__: c for c in all_checks}
     unknown = [n for n in names if n not in by_name and n != "c_timeout"]
     if unknown:
-        raise ValueError(f"ANYEP_TEST_LL_CHECKS names unknown checks {unknown}; known: {sorted(by_name)} and c_timeout")
+        raise ValueError(f"{env_name} names unknown checks {unknown}; known: {sorted(by_name)} and c_timeout")
     return [by_name[n] for n in names if n in by_name]
 
 
-def timeout_selected():
-    names = os.environ.get("ANYEP_TEST_LL_CHECKS", "")
+def timeout_selected(env_name="ANYEP_TEST_LL_CHECKS"):
+    names = os.environ.get(env_name, "")
     return not names.strip() or "c_timeout" in names.split(",")
 
 
-CHECKS = selected_checks()
+CHECKS = select_checks(ALL_CHECKS, "ANYEP_TEST_LL_CHECKS")
 
 
 def c_timeout(me, world, anyep):
@@ -578,14 +723,102 @@ def c_timeout(me, world, anyep):
         buf.destroy()
 
 
+KILLED_CHECKS = ("c_killed_shrink", "c_killed_plain")
+
+
+def _names_rank(msg, r):
+    """Whether an error text names rank r as the peer ("... from rank 1", "to rank 1", ...)."""
+    import re
+    return re.search(rf"\brank {r}\b(?!:)", msg) is not None
+
+
+def _raised(exc, fn):
+    """The exception `fn` raised, which must be an `exc`."""
+    try:
+        fn()
+    except exc as e:
+        return e
+    raise AssertionError(f"expected {exc.__name__}, nothing was raised")
+
+
+def killed_rank(c, victim, events, progress):
+    """A process of the world is killed (SIGKILL, by the test process) between LL calls.
+
+    Every rank builds a second, shrink-mode buffer, and both buffers make a few round trips with
+    every rank. Then, between calls, `victim` sets events[0] and waits to be killed; the test
+    process kills it and sets events[1]. The survivors, without any collective from then on:
+      c_killed_shrink: the shrink buffer's next round trip completes within ANYEP_TIMEOUT_S + 10 s
+        with the victim masked (query_mask, no error, results without it), and the one after it
+        takes less than ANYEP_TIMEOUT_S (a masked rank is not waited for);
+      c_killed_plain: the plain buffer's next dispatch ends within ANYEP_TIMEOUT_S + 10 s and
+        check_async_error raises TimeoutError naming the victim, and the call after it raises the
+        same before launching anything.
+    Returns {check: "ok" | failure text} for this rank (the victim only returns if it was not
+    killed within 60 s)."""
+    ready, killed = events
+    timeout_s = float(os.environ["ANYEP_TIMEOUT_S"])
+    E, T, H, K = e_small(c.world), 32, 1024, 4
+    sbuf = small_buffer(c, T, H, E, enable_shrink=True)  # collective: before the kill
+    for it in range(3):
+        c.roundtrip(870 + it, T, H, K, E)
+        c.roundtrip(875 + it, T, H, K, E, buf=sbuf, hook=(it == 1))
+    wait_gpu()
+    c.buf.check_async_error()
+    sbuf.check_async_error()
+    dist.barrier()  # every rank is between calls
+    if c.me == victim:
+        progress("3 round trips on each buffer done; waiting to be killed (SIGKILL)")
+        ready.set()
+        time.sleep(60)
+        return {k: f"rank {victim} was not killed within 60 s of asking" for k in KILLED_CHECKS}
+    if not killed.wait(timeout=90):
+        return {k: f"the test process did not report rank {victim} killed within 90 s" for k in KILLED_CHECKS}
+    progress(f"rank {victim} was killed; next calls (ANYEP_TIMEOUT_S={timeout_s:g})")
+    out = {}
+    try:
+        t0 = time.time()
+        c.roundtrip(880, T, H, K, E, buf=sbuf, masked={victim})
+        first = time.time() - t0
+        assert query_mask(sbuf, c.world) == [int(r == victim) for r in range(c.world)], \
+            f"rank {victim} is not masked: {query_mask(sbuf, c.world)}"
+        sbuf.check_async_error()  # masked, not failed
+        assert first < timeout_s + 10, f"the call that masked rank {victim} took {first:.1f} s"
+        t0 = time.time()
+        c.roundtrip(881, T, H, K, E, buf=sbuf, masked={victim}, hook=True)
+        second = time.time() - t0
+        sbuf.check_async_error()
+        assert second < timeout_s, f"the call after the mask took {second:.1f} s: the masked rank was waited for"
+        progress(f"c_killed_shrink: rank {victim} masked, the call completed in {first:.1f} s, the next in {second:.1f} s")
+        out["c_killed_shrink"] = "ok"
+    except Exception:
+        out["c_killed_shrink"] = traceback.format_exc()
+    try:
+        x, idx, _ = make_inputs(885 * 131 + c.me, T, H, K, E, drop=0.0)
+        t0 = time.time()
+        c.buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
+        wait_gpu()
+        err = _raised(TimeoutError, c.buf.check_async_error)
+        took = time.time() - t0
+        progress(f"c_killed_plain: after {took:.1f} s: {err}")
+        assert _names_rank(str(err), victim), f"the error does not name rank {victim}: {err}"
+        assert took < timeout_s + 10, f"the failing call ended after {took:.1f} s (bound {timeout_s + 10:g} s)"
+        err2 = _raised(TimeoutError, lambda: c.buf.low_latency_dispatch(x, idx, T, E, use_fp8=False))
+        assert _names_rank(str(err2), victim), f"the next call's error does not name rank {victim}: {err2}"
+        out["c_killed_plain"] = "ok"
+    except Exception:
+        out["c_killed_plain"] = traceback.format_exc()
+    sbuf.destroy()
+    return out
+
+
 class Progress:
     """Per-rank progress lines, flushed at once (a killed run still shows how far it got)."""
 
-    def __init__(self, rank, world):
+    def __init__(self, rank, world, prefix="ll"):
         # The world's name (test_ll.py sets it): worlds with the same process count keep their own logs.
         self.name = os.environ.get("ANYEP_TEST_WORLD") or f"w{world}"
         d = os.environ.get("ANYEP_TEST_LOG_DIR", "")
-        self.f = open(os.path.join(d, f"ll_{self.name}_r{rank}.log"), "w") if d else None
+        self.f = open(os.path.join(d, f"{prefix}_{self.name}_r{rank}.log"), "w") if d else None
         self.rank = rank
 
     def __call__(self, msg):
@@ -614,10 +847,12 @@ def settle(buf, progress):
     dist.barrier()
 
 
-def worker(rank, world, ngpus, port, queue, env=None):
+def worker(rank, world, ngpus, port, queue, env=None, events=None):
     """One rank of a world: `world` processes on `ngpus` GPUs, rank r on GPU r % ngpus (ngpus=1:
     every rank shares GPU 0). `env` is applied before anyep reads it (path, provider, chaos seed,
-    iteration count). Puts (rank, {check: "ok" | failure text}) on `queue`."""
+    iteration count). Puts (rank, {check: "ok" | failure text}) on `queue`. With
+    ANYEP_TEST_KILL_RANK set (a killed-rank world), runs killed_rank(..., events) instead of the
+    checks, and no collective after it (a rank is dead)."""
     os.environ.update(env or {})  # before anyep reads it (path, provider)
     results = {}
     progress = Progress(rank, world)
@@ -645,7 +880,12 @@ def worker(rank, world, ngpus, port, queue, env=None):
         assert ("proxy (" in paths) == want_proxy and ("direct stores to ranks" in paths), paths
         assert ("chaos(" in paths) == want_chaos, f"chaos wrapper {'missing' if want_chaos else 'unexpected'}: {paths}"
         ctx = Ctx(rank, world, buf, anyep)
-        for check in CHECKS:
+        victim = os.environ.get("ANYEP_TEST_KILL_RANK")
+        if victim:
+            results.update(killed_rank(ctx, int(victim), events, progress))
+            for check in KILLED_CHECKS:
+                progress(f"{check}: {'ok' if results[check] == 'ok' else 'FAILED'}")
+        for check in [] if victim else CHECKS:
             t0 = time.time()
             try:
                 check(ctx)
@@ -657,7 +897,7 @@ def worker(rank, world, ngpus, port, queue, env=None):
             progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} "
                      f"({time.time() - t0:.1f} s)")
             settle(buf, progress)
-        if timeout_selected():
+        if not victim and timeout_selected():
             t0 = time.time()
             try:
                 if world > 1:
@@ -666,9 +906,10 @@ def worker(rank, world, ngpus, port, queue, env=None):
             except Exception:
                 results["c_timeout"] = traceback.format_exc()
             progress(f"c_timeout: {'ok' if results['c_timeout'] == 'ok' else 'FAILED'} ({time.time() - t0:.1f} s)")
-        dist.barrier()
-        del buf
-        dist.destroy_process_group()
+        if not victim:  # after a kill the process group has a dead member: no collective
+            dist.barrier()
+            del buf
+            dist.destroy_process_group()
     except Exception:
         results["setup"] = traceback.format_exc()
         progress("setup failed")

@@ -89,6 +89,18 @@ WORLDS = {
 }
 
 
+# Worlds where a process is killed: rank 1 gets SIGKILL from this process between LL calls, after
+# a few round trips; rank 0's next calls must fail naming it within ANYEP_TIMEOUT_S + 10 s, or,
+# on a shrink-mode buffer, complete with it masked (ll_harness.killed_rank). They run that scenario
+# instead of the checks. `pytest -k killed` selects only them.
+KILLED = {"ANYEP_TEST_KILL_RANK": "1", "ANYEP_TIMEOUT_S": "5"}
+KILLED_WORLDS = {
+    "2proc_1gpu_killed": (2, 1, {**DIRECT, **KILLED}),
+    "2proc_1gpu_proxy_cudaipc_killed": (2, 1, {**PROXY_CUDAIPC, **KILLED}),
+    "2proc_1gpu_proxy_shm_killed": (2, 1, {**PROXY_SHM, **KILLED}),
+}
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -96,18 +108,40 @@ def _free_port():
 
 
 _cache = {}
+_exits = {}  # world -> {rank: exit code, or what the harness had to do}
 
 
 def run_world(name):
-    if name in _cache:
-        return _cache[name]
+    if name not in _cache:
+        world, ngpus, env = {**WORLDS, **KILLED_WORLDS}[name]
+        # ANYEP_TEST_WORLD names the ranks' log lines and files.
+        _exits[name] = {}
+        _cache[name] = run_processes(ll_harness.worker, world, ngpus, {**env, "ANYEP_TEST_WORLD": name},
+                                     exits=_exits[name])
+    return _cache[name]
+
+
+def run_processes(worker, world, ngpus, env, exits=None):
+    """Spawn `world` processes running worker(rank, world, ngpus, port, queue, env) and collect
+    their (rank, results) reports: {rank: {check: "ok" | failure text}}; a rank that dies or does
+    not report within ANYEP_TEST_WORLD_TIMEOUT_S gets a "setup" entry saying so (test_ht.py uses
+    it too). Every join is bounded: a rank still alive 20 s after its report is killed. `exits`
+    (a dict) receives each rank's exit code, or what had to be done to it.
+
+    With ANYEP_TEST_KILL_RANK=v in `env` (a killed-rank world) the workers get a 7th argument,
+    (ready, killed): rank v sets `ready` between calls and waits; this process kills it (SIGKILL),
+    reaps it, records {"killed": ...} as its result and sets `killed`. Events, not the queue: a
+    process killed while its queue feeder thread holds the queue's lock would block every other
+    rank's report."""
+    import signal
     import torch.multiprocessing as mp
-    world, ngpus, env = WORLDS[name]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    env = {**env, "ANYEP_TEST_WORLD": name}  # names the ranks' log lines and files
-    procs = [ctx.Process(target=ll_harness.worker, args=(r, world, ngpus, port, queue, env)) for r in range(world)]
+    victim = int(env["ANYEP_TEST_KILL_RANK"]) if "ANYEP_TEST_KILL_RANK" in env else None
+    events = (ctx.Event(), ctx.Event()) if victim is not None else None
+    extra = (events,) if events is not None else ()
+    procs = [ctx.Process(target=worker, args=(r, world, ngpus, port, queue, env) + extra) for r in range(world)]
     for p in procs:
         p.start()
     results = {}
@@ -115,8 +149,16 @@ def run_world(name):
     try:
         # Poll: a rank that dies or hangs ends the wait with a message, not a silent stall.
         while len(results) < world and time.time() < deadline:
+            if events is not None and victim not in results and events[0].is_set():
+                os.kill(procs[victim].pid, signal.SIGKILL)
+                procs[victim].join(timeout=15)
+                code = procs[victim].exitcode
+                results[victim] = {"killed": "killed by SIGKILL" if code == -signal.SIGKILL else
+                                   "still running 15 s after SIGKILL" if code is None else f"exit code {code}"}
+                events[1].set()
+                continue
             try:
-                rank, res = queue.get(timeout=2)
+                rank, res = queue.get(timeout=2 if events is None else 0.5)
                 results[rank] = res
                 continue
             except Exception:
@@ -128,12 +170,15 @@ def run_world(name):
         for r in range(world):
             results.setdefault(r, {"setup": f"rank {r} did not report within the world timeout"})
     finally:
-        for p in procs:
-            p.join(timeout=10 if len(results) == world else 0.1)
+        for r, p in enumerate(procs):
+            p.join(timeout=20 if len(results) == world else 0.1)
+            code = p.exitcode
             if p.is_alive():
                 p.kill()
                 p.join(timeout=10)
-    _cache[name] = results
+                code = "did not exit within 20 s of its report (killed by the test)"
+            if exits is not None:
+                exits[r] = code
     return results
 
 
@@ -144,7 +189,7 @@ def test_ll(world, check):
     visible = torch.cuda.device_count()
     if visible < ngpus:
         pytest.skip(f"{world} needs {ngpus} GPUs, {visible} visible")
-    if check in ("c_timeout", "c_dead_rank") and nranks == 1:
+    if check in ("c_timeout", "c_dead_rank", "c_dead_rank_clean") and nranks == 1:
         pytest.skip("a timeout needs a silent peer (2 or more ranks)")
     results = run_world(world)
     failures = []
@@ -156,4 +201,33 @@ def test_ll(world, check):
             failures.append(f"rank {rank}:\n{res.get(check, 'did not run')}")
     if len(results) < WORLDS[world][0]:
         failures.append(f"only {len(results)} of {WORLDS[world][0]} ranks reported")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("world", list(KILLED_WORLDS))
+def test_ll_killed_rank(world):
+    nranks, ngpus, env = KILLED_WORLDS[world]
+    visible = torch.cuda.device_count()
+    if visible < ngpus:
+        pytest.skip(f"{world} needs {ngpus} GPUs, {visible} visible")
+    victim = int(env["ANYEP_TEST_KILL_RANK"])
+    results = run_world(world)
+    failures = []
+    for rank in sorted(results):
+        res = results[rank]
+        if rank == victim:
+            if res.get("killed") != "killed by SIGKILL":
+                failures.append(f"rank {rank} (the victim): {res.get('killed') or res}")
+            continue
+        if "setup" in res:
+            failures.append(f"rank {rank} setup failed:\n{res['setup']}")
+            continue
+        for check in ll_harness.KILLED_CHECKS:
+            if res.get(check) != "ok":
+                failures.append(f"rank {rank} {check}:\n{res.get(check, 'did not run')}")
+        # The survivor ends on its own: nothing in anyep waits for the dead rank at exit.
+        if _exits[world].get(rank) != 0:
+            failures.append(f"rank {rank} after its report: {_exits[world].get(rank)}")
+    if len(results) < nranks:
+        failures.append(f"only {len(results)} of {nranks} ranks reported")
     assert not failures, "\n".join(failures)

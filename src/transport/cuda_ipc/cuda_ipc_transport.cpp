@@ -244,22 +244,7 @@ class CudaIpcTransport final : public Transport {
       throw InvalidArgument(where() + ": connect got " + std::to_string(addresses.size()) + " addresses for " +
                             std::to_string(opt_.num_ranks) + " ranks");
     peers_.resize(opt_.num_ranks);
-    for (uint32_t r = 0; r < opt_.num_ranks; ++r) {
-      const auto& b = addresses[r];
-      WireAddress a{};
-      if (b.size() != sizeof a)
-        throw InvalidArgument(where() + ": address of rank " + std::to_string(r) + " has " + std::to_string(b.size()) +
-                              " bytes, expected " + std::to_string(sizeof a));
-      std::memcpy(&a, b.data(), sizeof a);
-      a.inbox_name[kShmNameBytes - 1] = '\0';
-      if (a.magic != kAddressMagic || a.version != kWireVersion)
-        throw InvalidArgument(where() + ": address of rank " + std::to_string(r) +
-                              " is not a cuda-ipc address (magic/version)");
-      if (a.rank != r || a.num_ranks != opt_.num_ranks)
-        throw InvalidArgument(where() + ": address at index " + std::to_string(r) + " is rank " +
-                              std::to_string(a.rank) + " of a " + std::to_string(a.num_ranks) + "-rank job");
-      peers_[r] = a;
-    }
+    for (uint32_t r = 0; r < opt_.num_ranks; ++r) peers_[r] = parse_address(addresses[r], r, opt_.num_ranks, where());
     if (std::strcmp(peers_[opt_.rank].inbox_name, inbox_.name().c_str()) != 0)
       throw InvalidArgument(where() + ": addresses[" + std::to_string(opt_.rank) +
                             "] is not this endpoint's own address");
@@ -311,15 +296,7 @@ class CudaIpcTransport final : public Transport {
       throw InvalidArgument(where() + ": import_mr from unknown peer " + std::to_string(peer) + " (num_ranks " +
                             std::to_string(opt_.num_ranks) + ")");
     regions_.check_import(peer, remote_id, where());  // before the per-peer vectors grow to it
-    WireRegion w{};
-    if (desc.size() != sizeof w)
-      throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
-                            ": descriptor has " + std::to_string(desc.size()) + " bytes, expected " +
-                            std::to_string(sizeof w));
-    std::memcpy(&w, desc.data(), sizeof w);
-    if (w.magic != kRegionMagic || w.version != kWireVersion)
-      throw InvalidArgument(where() + ": region " + std::to_string(remote_id) + " of rank " + std::to_string(peer) +
-                            ": not a cuda-ipc region descriptor (magic/version)");
+    const WireRegion w = parse_region(desc, peer, remote_id, where());
     if (connected_ && w.process_token != peers_[peer].process_token)
       throw InvalidArgument(where() + ": region " + std::to_string(remote_id) +
                             " was exported by another process than rank " + std::to_string(peer));

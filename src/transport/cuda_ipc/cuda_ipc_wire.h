@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace anyep::transport::cuda_ipc {
 
@@ -48,6 +50,16 @@ struct WireRegion {
   uint8_t ipc_handle[kIpcHandleBytes];  // cudaIpcMemHandle_t of the allocation
 };
 static_assert(sizeof(WireRegion) == 104, "WireRegion is a wire format");
+
+// Checks of the bytes a peer hands over (cuda_ipc_wire.cpp: plain CPU code, built without CUDA too,
+// so the unit tests and the sanitizer builds cover it). Each throws InvalidArgument starting with
+// `where` and naming what is wrong.
+// addresses[index] of a `num_ranks`-rank job: its size, magic and version, that it is rank `index`
+// of a job of that size. The inbox name comes back NUL-terminated.
+WireAddress parse_address(const std::vector<uint8_t>& bytes, uint32_t index, uint32_t num_ranks,
+                          const std::string& where);
+// The descriptor of region `remote_id` of rank `peer`: its size, magic and version.
+WireRegion parse_region(const std::vector<uint8_t>& bytes, uint32_t peer, uint32_t remote_id, const std::string& where);
 
 // ---- the immediate inbox: one POSIX shm segment per endpoint, written by every peer ----------
 //

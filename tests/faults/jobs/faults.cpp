@@ -13,7 +13,6 @@
 //
 //   anyep_faults --main PATH [--seed S] [--per-case N] [--only NAME]
 // Every case prints its name and seed; `--only NAME --seed SEED` replays that one case.
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +29,7 @@
 #include <vector>
 
 #include "common/parse.h"
+#include "testkit/child_process.h"
 #include "testkit/mp_harness.h"
 #include "testkit/workload_rank.h"
 #include "transport/factory.h"
@@ -109,53 +109,6 @@ void record(const std::string& cat, const std::string& name, uint64_t seed, cons
 
 // ---- the main job -------------------------------------------------------------------------------
 
-struct Proc {
-  pid_t pid = -1;
-  int out = -1, err = -1;
-  std::string out_text, err_text;
-};
-
-Proc spawn(const std::string& path, const std::vector<std::string>& args, const std::vector<std::string>& env) {
-  int o[2], e[2];
-  if (::pipe(o) || ::pipe(e)) throw std::runtime_error("pipe failed");
-  std::fflush(nullptr);
-  Proc p;
-  p.pid = ::fork();
-  if (p.pid == 0) {
-    ::dup2(o[1], 1);
-    ::dup2(e[1], 2);
-    ::close(o[0]), ::close(o[1]), ::close(e[0]), ::close(e[1]);
-    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
-    std::vector<char*> argv{const_cast<char*>(path.c_str())};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(path.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(o[1]), ::close(e[1]);
-  p.out = o[0], p.err = e[0];
-  return p;
-}
-
-// Reads the process's output for up to `ms`; true once it has exited (*status set).
-bool pump(Proc& p, int ms, int* status) {
-  pollfd fds[2] = {{p.out, POLLIN, 0}, {p.err, POLLIN, 0}};
-  ::poll(fds, 2, ms);
-  char buf[4096];
-  for (int i = 0; i < 2; ++i)
-    if (fds[i].revents) {
-      ssize_t k = ::read(fds[i].fd, buf, sizeof buf);
-      if (k > 0) (i ? p.err_text : p.out_text).append(buf, size_t(k));
-    }
-  if (::waitpid(p.pid, status, WNOHANG) != p.pid) return false;
-  for (int i = 0; i < 2; ++i) {  // the rest of its output
-    ssize_t k;
-    while ((k = ::read(i ? p.err : p.out, buf, sizeof buf)) > 0) (i ? p.err_text : p.out_text).append(buf, size_t(k));
-  }
-  ::close(p.out), ::close(p.err);
-  return true;
-}
-
 void main_job_case(const std::string& main_path, const std::string& provider, int sig, bool chaos, uint64_t seed,
                    const std::string& replay) {
   const std::string name = "main/" + provider + "/" + (sig == SIGKILL ? "kill" : "stop") + (chaos ? "/chaos" : "");
@@ -165,16 +118,16 @@ void main_job_case(const std::string& main_path, const std::string& provider, in
   const double delay = 0.05 + double(rng() % 1500) / 1000;  // setup, bootstrap or mid-run
   std::vector<std::string> env{"FI_TCP_IFACE=lo"};
   if (chaos) env.push_back("ANYEP_CHAOS_SEED=" + std::to_string(seed % 100000));
-  Proc p = spawn(main_path,
-                 {"--ranks", std::to_string(kRanks), "--provider", provider, "--rounds", "200000", "--seed",
-                  std::to_string(seed), "--liveness-s", std::to_string(kLiveness)},
-                 env);
-  int st = 0;
+  testkit::ChildProcess p =
+      testkit::spawn_child(main_path,
+                           {"--ranks", std::to_string(kRanks), "--provider", provider, "--rounds", "200000", "--seed",
+                            std::to_string(seed), "--liveness-s", std::to_string(kLiveness)},
+                           env);
   bool exited = false;
   const auto t_start = Clock::now();
   std::vector<pid_t> pids;
   while (!exited && pids.empty() && since(t_start) < 60) {
-    exited = pump(p, 20, &st);
+    exited = testkit::pump(p, 20);
     if (size_t at = p.out_text.find("ranks' pids:");
         at != std::string::npos && p.out_text.find('\n', at) != std::string::npos) {
       std::string line = p.out_text.substr(at, p.out_text.find('\n', at) - at);
@@ -183,29 +136,30 @@ void main_job_case(const std::string& main_path, const std::string& provider, in
     }
   }
   if (pids.size() != kRanks) {
-    if (!exited) ::kill(p.pid, SIGKILL), ::waitpid(p.pid, &st, 0);
+    if (!exited) testkit::wait_child(p, 0);
     fail(name, seed, "anyep_main did not print its ranks' pids:\n" + p.out_text + p.err_text, replay);
     return;
   }
   const auto t_wait = Clock::now();
-  while (!exited && since(t_wait) < delay) exited = pump(p, 20, &st);
+  while (!exited && since(t_wait) < delay) exited = testkit::pump(p, 20);
   const auto t_inject = Clock::now();
   if (exited || ::kill(pids[victim], sig) != 0) {
     ++g_rows[cat].not_injected;
     std::printf("  %-34s seed %-20llu job over before the fault\n", name.c_str(), (unsigned long long)seed);
-    if (!exited) ::kill(p.pid, SIGKILL), ::waitpid(p.pid, &st, 0);
+    if (!exited) testkit::wait_child(p, 0);
     return;
   }
   const double bound = bound_s(sig);
-  while (!exited && since(t_inject) < bound + 30) exited = pump(p, 20, &st);
+  while (!exited && since(t_inject) < bound + 30) exited = testkit::pump(p, 20);
   const double detect = since(t_inject);
   if (!exited) {
-    ::kill(p.pid, SIGKILL), ::waitpid(p.pid, &st, 0);
+    testkit::wait_child(p, 0);
     for (pid_t r : pids) ::kill(r, SIGKILL);
   }
   const std::string culprit = "rank " + std::to_string(victim) + " (pid " + std::to_string(pids[victim]) + ") " +
                               (sig == SIGKILL ? "was killed by signal 9 (SIGKILL)" : "stopped responding");
-  const bool named = exited && WIFEXITED(st) && WEXITSTATUS(st) == 1 && p.err_text.find(culprit) != std::string::npos;
+  const bool named =
+      exited && WIFEXITED(p.status) && WEXITSTATUS(p.status) == 1 && p.err_text.find(culprit) != std::string::npos;
   pids.push_back(p.pid);
   record(cat, name, seed, replay, named, detect, bound, pids, p.err_text.empty() ? p.out_text : p.err_text);
 }
@@ -297,27 +251,21 @@ void cli_cases(const std::string& main_path) {
   };
   Row& row = g_rows["bad command line"];
   for (const Bad& b : bad) {
-    Proc p = spawn(main_path, b.args, {});
-    int st = 0;
-    const auto t0 = Clock::now();
-    bool exited = false;
-    while (!exited && since(t0) < 20) exited = pump(p, 20, &st);
-    if (!exited) ::kill(p.pid, SIGKILL), ::waitpid(p.pid, &st, 0);
+    testkit::ChildProcess p = testkit::spawn_child(main_path, b.args);
+    const bool exited = testkit::wait_child(p, 20);
     ++row.injected;
     std::string cmd = "anyep_main";
     for (const auto& a : b.args) cmd += " " + a;
-    const bool ok = exited && WIFEXITED(st) && WEXITSTATUS(st) == 2 && p.err_text.find(b.expect) != std::string::npos;
+    const bool ok =
+        exited && WIFEXITED(p.status) && WEXITSTATUS(p.status) == 2 && p.err_text.find(b.expect) != std::string::npos;
     if (ok)
-      ++row.detected, row.detect_s.push_back(since(t0));
+      ++row.detected, row.detect_s.push_back(p.seconds);
     else
       fail("cli", 0, cmd + ": expected exit 2 and '" + b.expect + "', got:\n" + p.err_text, cmd);
   }
-  Proc h = spawn(main_path, {"--help"}, {});
-  int st = 0;
-  const auto t0 = Clock::now();
-  while (!pump(h, 20, &st) && since(t0) < 20) {
-  }
-  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0 && h.out_text.find("usage: anyep_main") != std::string::npos))
+  testkit::ChildProcess h = testkit::spawn_child(main_path, {"--help"});
+  if (!(testkit::wait_child(h, 20) && WIFEXITED(h.status) && WEXITSTATUS(h.status) == 0 &&
+        h.out_text.find("usage: anyep_main") != std::string::npos))
     fail("cli", 0, "anyep_main --help did not print the usage and exit 0", "anyep_main --help");
   std::printf("  %-34s %d of %zu refused with a message naming the value\n", "bad command lines", row.detected,
               bad.size());

@@ -18,6 +18,7 @@
 #include "../gpu_count.h"
 #include "common/error.h"
 #include "common/gpu_runtime.h"
+#include "kernels/logfmt.h"
 #include "runtime/ll_api.h"
 #include "runtime/ll_buffer.h"
 
@@ -73,18 +74,75 @@ runtime::TensorRef dev_ref(const DevBuf& b, runtime::DType dt, std::initializer_
   return t;
 }
 
+// The LogFMT combine output against two host references: the exact sum (every value within the
+// format's error bound, kernels/logfmt.h: a factor 2^(step/2) with step <= 32/510, plus the BF16 rounding
+// of the output) and the sum of the host's LogFMT round trip of each row (kernels/logfmt.h on the
+// CPU, which differs from the GPU's only by its log2/exp2): the output must follow the LogFMT
+// levels (much closer to the second), which shows the rows really travelled encoded.
+void check_logfmt_combine(const Shape& s, const std::vector<uint16_t>& x, const std::vector<int64_t>& idx,
+                          const std::vector<float>& w, const std::vector<uint16_t>& out, bool self_masked) {
+  const int H = s.H, K = s.K, N = s.N;
+  const float max_rel = std::exp2(ll::logfmt::kLogRange / ll::logfmt::kSteps / 2) - 1.0f;
+  double sq_exact = 0, sq_emul = 0;
+  int encoded = 0, groups = 0;
+  std::vector<float> emul(H), bound(H), exact(H);
+  for (int t = 0; t < N; ++t) {
+    std::fill(emul.begin(), emul.end(), 0.0f);
+    std::fill(bound.begin(), bound.end(), 0.0f);
+    std::fill(exact.begin(), exact.end(), 0.0f);
+    for (int k = 0; k < K; ++k) {
+      const int64_t e = idx[t * K + k];
+      if (e < 0 || self_masked) continue;
+      std::vector<uint16_t> y(H);
+      for (int h = 0; h < H; ++h) y[h] = to_bf16(from_bf16(x[size_t(t) * H + h]) * (1.0f + e / 8.0f));
+      for (int g0 = 0; g0 < H; g0 += ll::logfmt::kGroup) {
+        uint8_t enc[ll::logfmt::kEncodedBytes];
+        uint32_t meta = 0;
+        float dec[ll::logfmt::kGroup];
+        const bool coded = ll::logfmt::encode_group(&y[g0], enc, &meta);
+        if (coded) ll::logfmt::decode_group(enc, meta, dec);
+        encoded += coded;
+        ++groups;
+        for (int i = 0; i < ll::logfmt::kGroup; ++i) {
+          const float v = from_bf16(y[g0 + i]);
+          exact[g0 + i] += w[t * K + k] * v;
+          emul[g0 + i] += w[t * K + k] * (coded ? dec[i] : v);
+          bound[g0 + i] += w[t * K + k] * std::fabs(v) * (coded ? max_rel * 1.01f : 0.0f);
+        }
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      const float got = from_bf16(out[size_t(t) * H + h]);
+      ASSERT_LE(std::fabs(got - exact[h]), bound[h] + std::fabs(exact[h]) * 0.0079f + 1e-6f)
+          << "token " << t << " h " << h << ": outside the LogFMT bound of the exact sum " << exact[h];
+      // Both references rounded to BF16 as the output is (what is left against the host's LogFMT:
+      // a level its log2 placed otherwise; against the exact sum: the LogFMT rounding).
+      const float ex = from_bf16(to_bf16(exact[h])), em = from_bf16(to_bf16(emul[h]));
+      sq_exact += double(got - ex) * (got - ex);
+      sq_emul += double(got - em) * (got - em);
+    }
+  }
+  if (self_masked) return;
+  // On the H100 this data encoded 243 of 640 groups (the rest exceed the log range and travel as
+  // BF16): enough of both kinds to test each.
+  ASSERT_GT(encoded, groups / 4) << "the test data should encode a good share of the groups";
+  EXPECT_LT(sq_emul, 0.1 * sq_exact) << "the output does not follow the LogFMT levels (" << encoded << " of " << groups
+                                     << " groups encoded)";
+}
+
 // One dispatch + combine round on `buf` (one rank: L = E, R*T = T) with fresh random routing.
 // via_api: through runtime::dispatch / runtime::combine (staged combine); else the kernel
 // arguments by hand from the layout's handle offsets. self_masked: the rank is masked in its own
-// shrink-mode buffer, so nothing is sent or received and the combine is all zeros.
+// shrink-mode buffer, so nothing is sent or received and the combine is all zeros. logfmt: the
+// combine sends LogFMT rows; x is then small (|x| < 0.5), so that most groups encode.
 void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned seed, bool via_api = false,
-                bool self_masked = false) {
+                bool self_masked = false, bool logfmt = false) {
   const int T = s.T, H = s.H, K = s.K, E = s.E, N = s.N, L = E, RT = T, G = H / 128;
   const LLShape shape{T, H, E};
   const ll::Layout g{T, H, 1, E};
   const size_t handle_bytes = static_cast<size_t>(g.handle_ints()) * 4;
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uni(-2.f, 2.f);
+  std::uniform_real_distribution<float> uni(logfmt ? -0.5f : -2.f, logfmt ? 0.5f : 2.f);
   std::vector<uint16_t> x(size_t(N) * H);
   for (auto& v : x) v = to_bf16(uni(rng));
   std::vector<int64_t> idx(size_t(N) * K);
@@ -216,6 +274,7 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
     in.layout_range = range_ref;
     in.max_tokens = T;
     in.num_experts = E;
+    in.use_logfmt = logfmt;
     const runtime::LLCall call =
         runtime::combine(buf, in, dev_ref(d_out, DType::kBFloat16, {N, H}, size_t(N) * H * 2), ll::kPhaseSend, nullptr);
     call.launch(ll::kPhaseRecv, nullptr);  // staged: send, then receive
@@ -230,6 +289,7 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
     c.topk_idx = d_idx.as<int64_t>();
     c.topk_weights = d_w.as<float>();
     c.out = d_out.p;
+    c.logfmt = logfmt;
     buf.launch(c, ll::kPhaseSend, nullptr);  // staged: send, then receive
     buf.launch(c, ll::kPhaseRecv, nullptr);
   }
@@ -237,6 +297,10 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
   buf.check_error();
   std::vector<uint16_t> out(size_t(N) * H);
   CK(cudaMemcpy(out.data(), d_out.p, out.size() * 2, cudaMemcpyDeviceToHost));
+  if (logfmt) {
+    ASSERT_NO_FATAL_FAILURE(check_logfmt_combine(s, x, idx, w, out, self_masked));
+    return;
+  }
   for (int t = 0; t < N; ++t)
     for (int h = 0; h < H; ++h) {
       float ref = 0;
@@ -250,13 +314,20 @@ void round_trip(LowLatencyBuffer& buf, const Shape& s, ll::Format fmt, unsigned 
     }
 }
 
+// A connected one-rank buffer large enough for every shape of `shapes`.
+std::unique_ptr<LowLatencyBuffer> one_rank_buffer(std::initializer_list<Shape> shapes) {
+  int64_t bytes = 0;
+  for (const Shape& s : shapes) bytes = std::max(bytes, LowLatencyBuffer::size_hint(s.T, s.H, 1, s.E));
+  auto buf = std::make_unique<LowLatencyBuffer>(0, 1, bytes);
+  buf->connect({buf->local_info()});
+  return buf;
+}
+
 TEST(LLSingleRank, DispatchCombineRounds) {
   ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
-  LowLatencyBuffer buf(0, 1,
-                       std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
-                                LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
-  buf.connect({buf.local_info()});
+  const auto owned = one_rank_buffer({small, other});
+  LowLatencyBuffer& buf = *owned;
   // Both buffer halves, both formats, and a change of shape (expert count, hidden, tokens).
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 1));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 2));
@@ -265,13 +336,25 @@ TEST(LLSingleRank, DispatchCombineRounds) {
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 5));
 }
 
+// LogFMT combine (use_logfmt): by hand and through the API, both halves, a change of shape (E=24:
+// some groups reach |y| >= 1 and stay BF16 next to encoded ones).
+TEST(LLSingleRank, LogfmtCombineRounds) {
+  ANYEP_REQUIRE_GPUS(1);
+  const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
+  const auto owned = one_rank_buffer({small, other});
+  LowLatencyBuffer& buf = *owned;
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 31, false, false, true));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 32, true, false, true));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 33, true, false, true));
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 34, false));  // BF16 after LogFMT
+  ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 35, false, false, true));
+}
+
 TEST(LLSingleRank, RuntimeApiRounds) {
   ANYEP_REQUIRE_GPUS(1);
   const Shape small{32, 512, 4, 8, 30}, other{16, 1024, 6, 24, 16};
-  LowLatencyBuffer buf(0, 1,
-                       std::max(LowLatencyBuffer::size_hint(small.T, small.H, 1, small.E),
-                                LowLatencyBuffer::size_hint(other.T, other.H, 1, other.E)));
-  buf.connect({buf.local_info()});
+  const auto owned = one_rank_buffer({small, other});
+  LowLatencyBuffer& buf = *owned;
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kFP8, 11, true));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, other, ll::Format::kBF16, 12, true));
   ASSERT_NO_FATAL_FAILURE(round_trip(buf, small, ll::Format::kBF16, 13, false));  // the two ways mix

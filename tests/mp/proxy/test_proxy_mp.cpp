@@ -6,6 +6,7 @@
 
 #include "../provider_required.h"
 #include "testkit/mp_harness.h"
+#include "testkit/tsan_transport.h"
 #include "testkit/workload_rank.h"
 #include "transport/factory.h"
 
@@ -55,7 +56,7 @@ TEST_P(ProxyMp, StreamWorkloadInvariantsHold) {
             spec.chaos->seed = 77 + r.rank * 13 + thread;
             spec.chaos->max_delay = 8;
           }
-          return transport::make_transport(spec);
+          return make_tsan_aware_transport(spec);  // NIC reads at post time under TSan
         });
         ANYEP_MP_CHECK(run.stats.commands == run.result.commands, "every pushed command retired exactly once");
         ANYEP_MP_CHECK(!c.chaos || !run.bypass, "the engine runs on an unordered transport");

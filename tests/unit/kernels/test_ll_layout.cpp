@@ -13,11 +13,11 @@ TEST(LLLayout, DeepEPShapeFootprint) {
   const Layout g{128, 7168, 2, 288};
   EXPECT_EQ(g.L(), 144);
   EXPECT_EQ(g.msg_bytes(), 16u + 2u * 7168u);
-  EXPECT_EQ(g.signal_bytes(), 65536u);  // fixed: 2 halves x 2 kinds x kMaxExperts x 4 B
+  EXPECT_EQ(g.signal_bytes(), 81920u);  // fixed: (2 halves x 2 kinds + barrier) x kMaxExperts x 4 B
   EXPECT_EQ(g.dispatch_half_bytes(), 288ull * 128ull * 14352ull);
-  EXPECT_EQ(g.combine_half_bytes(), 128ull * kMaxTopk * 2ull * 7168ull);
+  EXPECT_EQ(g.combine_half_bytes(), 128ull * kMaxTopk * (16ull + 2ull * 7168ull));  // row header + BF16 row
   EXPECT_EQ(g.stage_half_bytes(), 128ull * kMaxTopk * 14352ull);
-  EXPECT_EQ(g.total_bytes(), 1175715840ull);  // docs/ll.md; DeepEP needs 2.15 GB here
+  EXPECT_EQ(g.total_bytes(), 1175797760ull);  // docs/ll.md; DeepEP needs 2.15 GB here
   EXPECT_EQ(g.msg_used_bytes(true), g.msg_bytes());
   EXPECT_EQ(g.msg_used_bytes(false), 16u + 7168u + 4u * 56u);  // header, e4m3 payload, float scales
   EXPECT_LT(g.total_bytes(), 2150000000ull);
@@ -45,6 +45,9 @@ TEST(LLLayout, RegionsAreDisjointAndInside) {
     EXPECT_EQ(g.signal_bytes() % 16, 0u);
     EXPECT_EQ(g.fp8_scale_offset() % 16, 0u);
     EXPECT_EQ(g.combine_slot_bytes() % 16, 0u);
+    // A combine row (BF16 or LogFMT) staged for the proxy fits the dispatch slot it is staged in.
+    EXPECT_LE(g.combine_slot_bytes(), g.msg_bytes());
+    EXPECT_EQ(g.combine_values_off(0, 0, 0), g.combine_slot_off(0, 0, 0) + kHeaderBytes);
   }
 }
 
@@ -85,8 +88,13 @@ TEST(LLLayout, ProxyTagsAndCountersAreDistinctAndInRange) {
           seen[t] = true;
         }
     EXPECT_LE(num_proxy_tags(R), 16384) << "the proxy's immediate carries 14-bit tags";
-    EXPECT_LT(counter_of(g.combine_flag_off(1, g.E - 1)), static_cast<uint32_t>(kNumCounters));
+    EXPECT_LT(counter_of(g.combine_flag_off(1, g.E - 1)), static_cast<uint32_t>(kNumResetCounters));
     EXPECT_NE(counter_of(g.dispatch_count_off(1, g.L() - 1, R - 1)), counter_of(g.combine_flag_off(0, 0)));
+    // Barrier words: after every count and flag (clean resets those, not these), inside the area.
+    EXPECT_EQ(counter_of(Layout::barrier_off(0)), static_cast<uint32_t>(kNumResetCounters));
+    EXPECT_LT(counter_of(Layout::barrier_off(R - 1)), static_cast<uint32_t>(kNumCounters));
+    EXPECT_LE(Layout::barrier_off(kMaxExperts - 1) + 4, g.signal_bytes());
+    EXPECT_EQ(Layout::reset_signal_bytes(), Layout::barrier_off(0));
   }
 }
 

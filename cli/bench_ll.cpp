@@ -1,0 +1,184 @@
+// anyep bench ll — the LL dispatch/combine benchmark with its NCCL all_to_all baseline
+// (bench/ll/bench_ll.py: torch and 2 GPUs), reported in the CLI's table, JSON and plot; and
+// anyep bench ht, which says that HT mode is not implemented yet.
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "common/error.h"
+#include "common/parse.h"
+#include "gpus.h"
+#include "process.h"
+#include "report.h"
+
+namespace anyep::cli {
+namespace {
+
+const Command& ll_command() {
+  static const Command c{
+      "anyep bench ll [options]",
+      "LL dispatch (FP8) and combine (BF16) across 2 GPUs of this machine, one Buffer per LL path, against an\n"
+      "NCCL all_to_all dispatcher measured in the same run: runs bench/ll/bench_ll.py (python3 with torch) and\n"
+      "reports its medians here.",
+      with_output_options(
+          {{"--tokens", "N", "tokens per rank, 1..8192 [128]"},
+           {"--hidden", "H", "hidden size, 128..16384 [7168]"},
+           {"--topk", "K", "experts per token, 1..16 [8]"},
+           {"--experts", "E", "experts, 2..4096 [288]"},
+           {"--iters", "N", "measured iterations, 1..100000 [500]"},
+           {"--warmup", "N", "warm-up iterations, 0..100000 [50]"},
+           {"--paths", "LIST", "LL paths to measure: auto, proxy-cuda-ipc, proxy-libfabric (comma list) [auto]"},
+           {"--timeout-s", "S", "the whole run, seconds (0, 86400] [900]"}},
+          "plot dispatch and combine times by path (needs python3 with matplotlib)"),
+      "exit status: 0 done, 1 failed, 2 bad command line, 77 cannot run here (needs 2 GPUs, python3 with torch,\n"
+      "and bench/ll/bench_ll.py of a source checkout)\n"};
+  return c;
+}
+
+// bench_ll.py's JSON -> "metric<TAB>rank 0<TAB>rank 1..." lines of its numeric results.
+constexpr const char* kToTable = R"PY(
+import json, sys
+res = json.load(open(sys.argv[1]))["results"]
+ranks = sorted(res, key=int)
+keys = []
+for r in ranks:
+    keys += [k for k, v in res[r].items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in keys]
+with open(sys.argv[2], "w") as f:
+    f.write("\t".join(["metric"] + ["rank " + r for r in ranks]) + "\n")
+    for k in keys:
+        f.write("\t".join([k] + [repr(float(res[r][k])) if k in res[r] else "nan" for r in ranks]) + "\n")
+)PY";
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string find_script() {
+  const std::string p = std::string(ANYEP_SOURCE_DIR) + "/bench/ll/bench_ll.py";
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 ? p : std::string();
+}
+
+}  // namespace
+
+int bench_ll(int argc, char** argv, int first) {
+  const Command& cmd = ll_command();
+  OutputOptions out;
+  std::vector<std::string> pass;  // options handed to bench_ll.py
+  double timeout_s = 900;
+  const auto each = [&](const std::string& a, const std::string& v) {
+    auto pass_count = [&](uint64_t lo, uint64_t hi) {
+      pass.push_back(a);
+      pass.push_back(std::to_string(parse_count(a, v, lo, hi)));
+    };
+    if (a == "--tokens") pass_count(1, 8192);
+    if (a == "--hidden") pass_count(128, 16384);
+    if (a == "--topk") pass_count(1, 16);
+    if (a == "--experts") pass_count(2, 4096);
+    if (a == "--iters") pass_count(1, 100000);
+    if (a == "--warmup") pass_count(0, 100000);
+    if (a == "--paths") {
+      split_list(v, [](const std::string& p) {
+        return parse_choice("--paths", p, {"auto", "proxy-cuda-ipc", "proxy-libfabric"});
+      });
+      pass.push_back(a), pass.push_back(v);
+    }
+    if (a == "--timeout-s") timeout_s = parse_seconds(a, v, 1e-3, 86400);
+    read_output_option(out, a, v);
+  };
+  if (const auto rc = parse_command(cmd, argc, argv, first, "anyep bench ll", each)) return *rc;
+  // What it needs, each refusal saying which is missing.
+  std::string why;
+  const std::vector<Gpu> gpus = list_gpus(&why);
+  if (gpus.size() < 2) {
+    std::fprintf(stderr, "anyep bench ll: cannot run here: needs 2 GPUs, %zu visible%s%s\n", gpus.size(),
+                 why.empty() ? "" : ": ", why.c_str());
+    return kExitCannotRun;
+  }
+  const std::string script = find_script();
+  if (script.empty()) {
+    std::fprintf(stderr,
+                 "anyep bench ll: cannot run here: %s/bench/ll/bench_ll.py is missing (run from the build of "
+                 "a source checkout)\n",
+                 ANYEP_SOURCE_DIR);
+    return kExitCannotRun;
+  }
+  if (run_process({"python3", "-c", "import torch"}, 120, true, true, &why) != 0) {
+    std::fprintf(stderr, "anyep bench ll: cannot run here: python3 cannot import torch\n");
+    return kExitCannotRun;
+  }
+  const std::string raw = temp_file(".json"), tsv = temp_file(".tsv");
+  std::vector<std::string> run = {"python3", script, "--json", raw};
+  run.insert(run.end(), pass.begin(), pass.end());
+  std::fprintf(stderr, "[anyep bench ll] running %s (its progress and table follow on stderr)\n", script.c_str());
+  const int rc = run_process(run, timeout_s, true, false, &why);
+  const int conv = rc == 0 ? run_process({"python3", "-c", kToTable, raw, tsv}, 120, true, false, &why) : -1;
+  const std::string raw_json = read_all(raw), table = read_all(tsv);
+  ::unlink(raw.c_str());
+  ::unlink(tsv.c_str());
+  if (rc != 0 || conv != 0 || table.empty()) {
+    std::fprintf(stderr, "anyep bench ll: FAILED: %s\n",
+                 rc != 0 ? (rc < 0 ? why : "bench_ll.py exited with " + std::to_string(rc)).c_str()
+                         : "its results could not be read");
+    return kExitFailed;
+  }
+  Report r;
+  r.bench = "ll";
+  r.title = "LL dispatch/combine (bench/ll/bench_ll.py), medians in us (GB/s where named), by rank";
+  for (size_t i = 0; i + 1 < pass.size(); i += 2) r.config.set(pass[i].substr(2), pass[i + 1]);
+  r.results = Json::raw(raw_json.empty() ? "null" : raw_json);
+  std::istringstream lines(table);
+  std::string line;
+  bool header = true;
+  Plot plot{"LL dispatch and combine (rank 0)", "path", "us", false, false, {}};
+  Series dispatch{"dispatch", {}, {}}, combine{"combine", {}, {}};
+  while (std::getline(lines, line)) {
+    std::vector<std::string> f;
+    std::istringstream cells(line);
+    for (std::string c; std::getline(cells, c, '\t');) f.push_back(c);
+    if (f.empty()) continue;
+    if (header) {
+      r.table.columns = f;
+      header = false;
+      continue;
+    }
+    std::vector<Json> row = {f[0]};
+    for (size_t i = 1; i < f.size(); ++i) row.emplace_back(std::strtod(f[i].c_str(), nullptr));
+    r.table.rows.push_back(row);
+    // "auto:dispatch_us" / "nccl_dispatch_us": rank 0's times by path for the plot.
+    const double v = f.size() > 1 ? std::strtod(f[1].c_str(), nullptr) : 0;
+    const std::string& k = f[0];
+    const size_t colon = k.find(':');
+    const std::string path = colon == std::string::npos ? "NCCL all_to_all" : k.substr(0, colon);
+    const std::string metric = colon == std::string::npos ? k.substr(5) : k.substr(colon + 1);
+    if (metric == "dispatch_us") dispatch.x.emplace_back(path), dispatch.y.push_back(v);
+    if (metric == "combine_us") combine.x.emplace_back(path), combine.y.push_back(v);
+  }
+  plot.series = {dispatch, combine};
+  if (!dispatch.y.empty()) r.plots.push_back(plot);
+  r.notes.push_back("DeepEP on 2 x H200 (DESIGN.md s5): dispatch 28.7 us, combine 40.4 us");
+  return emit(r, out, join_args(argc, argv)) ? kExitOk : kExitFailed;
+}
+
+int bench_ht(int argc, char** argv, int first) {
+  static const Command c{"anyep bench ht [options]",
+                         "High-throughput (HT) dispatch/combine. HT mode is not implemented yet (it is being built);\n"
+                         "this command will run its benchmark once it lands.",
+                         {},
+                         "exit status: 77 (cannot run: HT mode is not implemented yet), 2 bad command line\n"};
+  if (const auto rc = parse_command(c, argc, argv, first, "anyep bench ht", [](auto&, auto&) {})) return *rc;
+  std::fprintf(stderr, "anyep bench ht: cannot run: high-throughput mode is not implemented yet\n");
+  return kExitCannotRun;
+}
+
+}  // namespace anyep::cli

@@ -1,0 +1,15 @@
+// anyep/cli/commands.h — the subcommands of the `anyep` program (cli/main.cpp). Each takes the
+// whole argv and the index of its first own argument, prints its help on -h/--help, and returns
+// the process exit status (args.h: 0 ok, 1 failed, 2 bad command line, 77 cannot run here).
+#pragma once
+
+namespace anyep::cli {
+
+int info(int argc, char** argv, int first);
+// `prog` names the command in the usage line ("anyep bench proxy", or "anyep_main" for the alias).
+int bench_proxy(int argc, char** argv, int first, const char* prog);
+int bench_transport(int argc, char** argv, int first);
+int bench_ll(int argc, char** argv, int first);
+int bench_ht(int argc, char** argv, int first);
+
+}  // namespace anyep::cli

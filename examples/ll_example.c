@@ -1,0 +1,822 @@
+/* anyep/examples/ll_example.c — the C API (<anyep/anyep.h>) end to end, as a C99 program.
+ *
+ * The ranks are forked processes on this machine; they meet over anyep's built-in TCP store (the
+ * parent binds 127.0.0.1:0 and hands rank 0 the socket, so no port can be taken in between).
+ *
+ *   --part cpu   needs no GPU: the documented refusals (NULL pointers, a wrong struct size, a bad
+ *                dtype, a shape past the group's limits, HT, double destroy), then GPU-free groups
+ *                (cfg.device = ANYEP_DEVICE_NONE) created and destroyed across the processes, each
+ *                rank's dispatch refused only for the missing GPU.
+ *   --part gpu   LL dispatch and combine across the processes (rank r on GPU r % GPUs): BF16
+ *                dispatch (every received row matched to its source token and compared exactly),
+ *                combine of per-expert scaled outputs (every output value compared exactly with a
+ *                host reference), the same staged (ANYEP_SEND_ONLY + anyep_complete), and an FP8
+ *                dispatch (every value within FP8 rounding of its token). Exits 77, printing "no
+ *                GPU", where no GPU is visible (or the example was built without CUDA).
+ *   --part all   both (default).
+ *
+ * Exit status: 0 passed, 1 a check failed, 2 bad command line, 77 the GPU part could not run.
+ * Build: examples/CMakeLists.txt (find_package(anyep)), or
+ *   cc -std=c99 ll_example.c $(pkg-config --cflags --libs anyep) [-DANYEP_EXAMPLE_CUDA -lcudart]
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <anyep/anyep.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef ANYEP_EXAMPLE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define EXIT_SKIP 77
+
+typedef struct options {
+  int ranks;      /* processes */
+  int tokens;     /* T = tokens per rank (every rank sends T) */
+  int hidden;     /* H */
+  int local;      /* L = experts per rank */
+  int topk;       /* K */
+  double timeout; /* seconds for the whole part */
+  const char* part;
+} options;
+
+/* ---- small helpers ----------------------------------------------------------------------------- */
+
+static int g_rank = -1; /* the child's rank in its messages; -1 in the parent */
+
+static void say(const char* fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (g_rank >= 0)
+    printf("ll_example rank %d: %s\n", g_rank, line);
+  else
+    printf("ll_example: %s\n", line);
+  fflush(stdout);
+}
+
+/* A strict integer option: the whole text, base 10, in [lo, hi]. */
+static int parse_int(const char* name, const char* text, long lo, long hi, int* out) {
+  char* end = NULL;
+  long v;
+  errno = 0;
+  v = strtol(text, &end, 10);
+  if (*text == 0 || *end != 0 || errno != 0 || v < lo || v > hi) {
+    fprintf(stderr, "ll_example: %s='%s' is not an integer in [%ld, %ld]\n", name, text, lo, hi);
+    return 0;
+  }
+  *out = (int)v;
+  return 1;
+}
+
+/* Expects `got` == `want` and a message containing `text`; prints what was shown. */
+static int expect_status(const char* what, anyepStatus got, anyepStatus want, const char* text) {
+  const char* msg = anyep_get_last_error();
+  if (got != want) {
+    say("FAILED: %s: %s, expected %s (%s)", what, anyepStatusName(got), anyepStatusName(want), msg);
+    return 0;
+  }
+  if (want != anyepSuccess && (msg == NULL || strstr(msg, text) == NULL)) {
+    say("FAILED: %s: message '%s' lacks '%s'", what, msg ? msg : "(null)", text);
+    return 0;
+  }
+  if (want != anyepSuccess) say("ok: %s -> %s: %s", what, anyepStatusName(got), msg);
+  return 1;
+}
+
+/* ---- the CPU part -------------------------------------------------------------------------------- */
+
+static int allgather_self(const void* send, void* recv, size_t bytes, void* user) {
+  (void)user;
+  memcpy(recv, send, bytes);
+  return 0;
+}
+
+static anyep_tensor_t tensor2(void* data, anyep_dtype_t dtype, int64_t a, int64_t b, int device) {
+  anyep_tensor_t t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.shape[0] = a;
+  t.shape[1] = b;
+  t.device = device;
+  return t;
+}
+
+/* The documented refusals, in this process (a GPU-free group of one rank). */
+static int refusals(const options* o) {
+  static int64_t fake[16];
+  anyep_config_t cfg;
+  anyep_group_t g = NULL;
+  anyep_handle_t h = NULL;
+  anyep_tensor_t idx;
+  int ok = 1;
+
+  anyep_config_init(&cfg);
+  cfg.device = ANYEP_DEVICE_NONE;
+  cfg.num_experts = o->local;
+  cfg.max_tokens_per_rank = o->tokens;
+  cfg.hidden = o->hidden;
+  cfg.bootstrap.kind = ANYEP_BOOTSTRAP_ALLGATHER;
+  cfg.bootstrap.allgather = allgather_self;
+
+  ok &= expect_status("NULL config", anyep_group_create(NULL, &g), anyepInvalidArgument, "cfg is NULL");
+  cfg.struct_size = 0;
+  ok &= expect_status("struct_size 0", anyep_group_create(&cfg, &g), anyepInvalidArgument, "struct_size");
+  cfg.struct_size = sizeof cfg;
+  cfg.dispatch_dtype = ANYEP_INT32;
+  ok &= expect_status("dispatch dtype int32", anyep_group_create(&cfg, &g), anyepInvalidArgument, "dispatch_dtype");
+  cfg.dispatch_dtype = ANYEP_BFLOAT16;
+  cfg.mode = ANYEP_MODE_HT;
+  ok &= expect_status("HT mode", anyep_group_create(&cfg, &g), anyepUnsupported, "not supported yet");
+  cfg.mode = ANYEP_MODE_LL;
+  cfg.hidden = o->hidden + 1;
+  ok &= expect_status("hidden not a multiple of 128", anyep_group_create(&cfg, &g), anyepInvalidArgument, "hidden");
+  cfg.hidden = o->hidden;
+  if (!expect_status("GPU-free group", anyep_group_create(&cfg, &g), anyepSuccess, "")) return 0;
+
+  idx = tensor2(fake, ANYEP_INT64, o->tokens + 1, o->topk, 0);
+  ok &= expect_status("topk_idx past max_tokens_per_rank", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h),
+                      anyepInvalidArgument, "max_tokens_per_rank");
+  idx = tensor2(fake, ANYEP_FLOAT32, 1, o->topk, 0);
+  ok &= expect_status("topk_idx of float32", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
+                      "ANYEP_INT64");
+  ok &= expect_status("NULL topk_idx", anyep_handle_create(g, ANYEP_MODE_LL, NULL, &h), anyepInvalidArgument,
+                      "topk_idx is NULL");
+  idx = tensor2(fake, ANYEP_INT64, 1, o->topk, 0);
+  ok &= expect_status("HT handle", anyep_handle_create(g, ANYEP_MODE_HT, &idx, &h), anyepUnsupported,
+                      "not supported yet");
+  if (!expect_status("handle", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepSuccess, "")) return 0;
+  ok &= expect_status("complete with nothing staged", anyep_complete(h, NULL), anyepInvalidArgument,
+                      "nothing to complete");
+  ok &= expect_status("handle destroy", anyep_handle_destroy(h), anyepSuccess, "");
+  ok &= expect_status("handle destroyed twice", anyep_handle_destroy(h), anyepInvalidArgument, "not a live");
+  ok &= expect_status("group destroy", anyep_group_destroy(g), anyepSuccess, "");
+  ok &= expect_status("group destroyed twice", anyep_group_destroy(g), anyepInvalidArgument, "not a live");
+  return ok;
+}
+
+/* ---- ranks as processes ------------------------------------------------------------------------- */
+
+typedef int (*rank_fn)(const options* o, int rank, uint16_t port, int listen_fd);
+
+/* A listening socket on 127.0.0.1 with a port the kernel picked. */
+static int listen_any(uint16_t* port) {
+  struct sockaddr_in a;
+  socklen_t len = sizeof a;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (struct sockaddr*)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
+      getsockname(fd, (struct sockaddr*)&a, &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Runs fn as o->ranks processes; returns 0 all passed, EXIT_SKIP all skipped, 1 otherwise. */
+static int run_ranks(const options* o, const char* what, rank_fn fn) {
+  pid_t pids[64];
+  int status[64];
+  int r, left, failed = 0, skipped = 0;
+  uint16_t port = 0;
+  int fd = listen_any(&port);
+  double deadline = now_s() + o->timeout;
+  if (fd < 0) {
+    say("FAILED: cannot listen on 127.0.0.1: %s", strerror(errno));
+    return 1;
+  }
+  fflush(stdout);
+  for (r = 0; r < o->ranks; ++r) {
+    pids[r] = fork();
+    if (pids[r] < 0) {
+      say("FAILED: fork: %s", strerror(errno));
+      for (left = 0; left < r; ++left) kill(pids[left], SIGKILL);
+      close(fd);
+      return 1;
+    }
+    if (pids[r] == 0) {
+      int rc;
+      g_rank = r;
+      if (r != 0) close(fd);
+      rc = fn(o, r, port, r == 0 ? fd : -1);
+      fflush(stdout);
+      _exit(rc);
+    }
+    status[r] = -1;
+  }
+  close(fd); /* rank 0 has its own copy */
+  for (left = o->ranks; left > 0;) {
+    for (r = 0; r < o->ranks; ++r) {
+      int st;
+      if (status[r] != -1 || waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
+      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      --left;
+    }
+    if (left == 0) break;
+    if (now_s() > deadline) {
+      for (r = 0; r < o->ranks; ++r)
+        if (status[r] == -1) {
+          say("FAILED: %s: rank %d did not finish within %.0f s (killed)", what, r, o->timeout);
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], NULL, 0);
+          status[r] = 1;
+        }
+      break;
+    }
+    {
+      const struct timespec tick = {0, 10 * 1000 * 1000};
+      nanosleep(&tick, NULL);
+    }
+  }
+  for (r = 0; r < o->ranks; ++r) {
+    if (status[r] == EXIT_SKIP)
+      ++skipped;
+    else if (status[r] != 0) {
+      ++failed;
+      say("%s: rank %d exited with status %d", what, r, status[r]);
+    }
+  }
+  if (failed) return 1;
+  return skipped == o->ranks ? EXIT_SKIP : (skipped ? 1 : 0);
+}
+
+static void tcp_bootstrap(anyep_config_t* cfg, int rank, uint16_t port, int listen_fd) {
+  cfg->bootstrap.kind = ANYEP_BOOTSTRAP_TCP;
+  cfg->bootstrap.tcp_host = "127.0.0.1";
+  cfg->bootstrap.tcp_port = port;
+  cfg->bootstrap.tcp_listen_fd = rank == 0 ? listen_fd : -1;
+}
+
+/* One rank of the CPU part: a GPU-free group across the processes. */
+static int gpu_free_rank(const options* o, int rank, uint16_t port, int listen_fd) {
+  static int64_t fake[16];
+  anyep_config_t cfg;
+  anyep_group_t g = NULL;
+  anyep_handle_t h = NULL;
+  anyep_tensor_t idx, x, recv_x, recv_count;
+  int ok = 1;
+  anyep_config_init(&cfg);
+  cfg.rank = rank;
+  cfg.num_ranks = o->ranks;
+  cfg.device = ANYEP_DEVICE_NONE;
+  cfg.num_experts = (int64_t)o->local * o->ranks;
+  cfg.max_tokens_per_rank = o->tokens;
+  cfg.hidden = o->hidden;
+  cfg.timeout_s = o->timeout;
+  tcp_bootstrap(&cfg, rank, port, listen_fd);
+  if (!expect_status("GPU-free group over the TCP store", anyep_group_create(&cfg, &g), anyepSuccess, "")) return 1;
+  idx = tensor2(fake, ANYEP_INT64, o->tokens, o->topk, 0);
+  if (!expect_status("handle", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepSuccess, "")) return 1;
+  x = tensor2(fake, ANYEP_BFLOAT16, o->tokens, o->hidden, 0);
+  ok &= expect_status("outputs", anyep_get_dispatch_outputs(g, &recv_x, NULL, &recv_count), anyepSuccess, "");
+  recv_x.data = recv_count.data = fake;
+  ok &= recv_x.shape[1] == (int64_t)o->ranks * o->tokens;
+  ok &= expect_status("dispatch in a GPU-free group", anyep_dispatch(h, &x, &recv_x, NULL, &recv_count, 0, NULL),
+                      anyepUnsupported, "no GPU");
+  ok &= expect_status("handle destroy", anyep_handle_destroy(h), anyepSuccess, "");
+  ok &= expect_status("group destroy (collective)", anyep_group_destroy(g), anyepSuccess, "");
+  if (ok) say("GPU-free group of %d ranks created, used and destroyed", o->ranks);
+  return ok ? 0 : 1;
+}
+
+/* ---- the GPU part -------------------------------------------------------------------------------- */
+
+#ifdef ANYEP_EXAMPLE_CUDA
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* ---- the routing every rank can recompute for every rank ---------------------------------------- */
+
+/* Token t of rank r: element 0 = r + 1, element 1 = t + 1 (so a received row names its source),
+ * the rest multiples of 1/8 in [-2, 2]: every value is exact in BF16. */
+static float x_value(int r, int t, int h) {
+  if (h == 0) return (float)(r + 1);
+  if (h == 1) return (float)(t + 1);
+  return (float)((r * 131 + t * 31 + h * 7) % 33 - 16) / 8.0f;
+}
+
+/* topk of token t of rank r: K distinct experts of E (a seeded shuffle), some slots -1. */
+static void topk_of(int r, int t, int K, int E, int64_t* out) {
+  uint32_t s = 2654435761u * (uint32_t)(r * 1000003 + t + 1);
+  int k, i;
+  for (k = 0; k < K; ++k) {
+    int64_t e;
+    int dup;
+    do {
+      s = s * 1664525u + 1013904223u;
+      e = (int64_t)((s >> 8) % (uint32_t)E);
+      dup = 0;
+      for (i = 0; i < k; ++i) dup |= out[i] == e;
+    } while (dup);
+    out[k] = e;
+  }
+  if ((r + t) % 5 == 1) out[(t % K)] = -1; /* "no expert" entries */
+}
+
+static float weight_of(int t, int k) { return (float)(1 + (t + k) % 4) / 4.0f; }
+/* Expert e multiplies its rows by 1 + e % 3 (exact in BF16 for these values). */
+static float expert_scale(int64_t e) { return (float)(1 + e % 3); }
+
+#define CUDA_OK(call)                                       \
+  do {                                                      \
+    cudaError_t e_ = (call);                                \
+    if (e_ != cudaSuccess) {                                \
+      say("FAILED: %s: %s", #call, cudaGetErrorString(e_)); \
+      return 1;                                             \
+    }                                                       \
+  } while (0)
+#define ANYEP_OK(call)                                                               \
+  do {                                                                               \
+    anyepStatus s_ = (call);                                                         \
+    if (s_ != anyepSuccess) {                                                        \
+      say("FAILED: %s: %s: %s", #call, anyepStatusName(s_), anyep_get_last_error()); \
+      return 1;                                                                      \
+    }                                                                                \
+  } while (0)
+
+static int64_t numel(const anyep_tensor_t* t) {
+  int64_t n = 1;
+  int d;
+  for (d = 0; d < t->ndim; ++d) n *= t->shape[d];
+  return n;
+}
+
+/* e4m3 (bias 7, no infinities) to float. */
+static float from_e4m3(uint8_t b) {
+  int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+  float v = e == 0 ? ldexpf((float)m, -9) : ldexpf(1.0f + (float)m / 8.0f, e - 7);
+  return s ? -v : v;
+}
+
+typedef struct world {
+  int R, T, H, L, K, E, rank;
+  int64_t* idx; /* [R][T][K] every rank's routing */
+  uint16_t* xs; /* [R][T][H] every rank's tokens (BF16) */
+} world;
+
+static int token_goes_to(const world* w, int r, int t, int64_t e) {
+  int k;
+  for (k = 0; k < w->K; ++k)
+    if (w->idx[((size_t)r * w->T + t) * w->K + k] == e) return 1;
+  return 0;
+}
+
+/* BF16 dispatch: every received row of every local expert is a token routed there, each once;
+ * the counts are exact; then the expert outputs (rows scaled by 1 + e % 3) for the combine. */
+static int check_bf16_dispatch(const world* w, const uint16_t* recv, const int32_t* count, uint16_t* y) {
+  int l, row, r, t, h;
+  const size_t RT = (size_t)w->R * w->T;
+  char* seen = calloc((size_t)w->R * w->T, 1);
+  for (l = 0; l < w->L; ++l) {
+    const int64_t e = (int64_t)w->rank * w->L + l;
+    int want = 0;
+    for (r = 0; r < w->R; ++r)
+      for (t = 0; t < w->T; ++t) want += token_goes_to(w, r, t, e);
+    if (count[l] != want) {
+      say("FAILED: recv_count[%d] (expert %lld) = %d, expected %d", l, (long long)e, count[l], want);
+      free(seen);
+      return 0;
+    }
+    memset(seen, 0, (size_t)w->R * w->T);
+    for (row = 0; row < count[l]; ++row) {
+      const uint16_t* got = recv + ((size_t)l * RT + row) * w->H;
+      r = (int)from_bf16(got[0]) - 1;
+      t = (int)from_bf16(got[1]) - 1;
+      if (r < 0 || r >= w->R || t < 0 || t >= w->T || !token_goes_to(w, r, t, e) || seen[r * w->T + t]) {
+        say("FAILED: expert %lld row %d names rank %d token %d: not routed there, or twice", (long long)e, row, r, t);
+        free(seen);
+        return 0;
+      }
+      seen[r * w->T + t] = 1;
+      for (h = 0; h < w->H; ++h) {
+        const uint16_t want_v = w->xs[((size_t)r * w->T + t) * w->H + h];
+        if (got[h] != want_v) {
+          say("FAILED: expert %lld row %d (rank %d token %d) element %d = %g, expected %g", (long long)e, row, r, t, h,
+              from_bf16(got[h]), from_bf16(want_v));
+          free(seen);
+          return 0;
+        }
+        y[((size_t)l * RT + row) * w->H + h] = to_bf16(from_bf16(got[h]) * expert_scale(e));
+      }
+    }
+  }
+  free(seen);
+  return 1;
+}
+
+/* out[t] = sum_k w[t,k] * bf16(x[t] * (1 + e_k % 3)): every product and partial sum is exact in
+ * float32 for these values, so the BF16 result is exact whatever the order of the sum. */
+static int check_combine(const world* w, const uint16_t* out) {
+  int t, k, h;
+  for (t = 0; t < w->T; ++t)
+    for (h = 0; h < w->H; ++h) {
+      float acc = 0;
+      const uint16_t xv = w->xs[((size_t)w->rank * w->T + t) * w->H + h];
+      for (k = 0; k < w->K; ++k) {
+        const int64_t e = w->idx[((size_t)w->rank * w->T + t) * w->K + k];
+        if (e >= 0) acc += weight_of(t, k) * from_bf16(to_bf16(from_bf16(xv) * expert_scale(e)));
+      }
+      if (out[(size_t)t * w->H + h] != to_bf16(acc)) {
+        say("FAILED: combine token %d element %d = %g, expected %g", t, h, from_bf16(out[(size_t)t * w->H + h]),
+            from_bf16(to_bf16(acc)));
+        return 0;
+      }
+    }
+  return 1;
+}
+
+/* Largest |dequantised - token| minus its tolerance over a row (<= 0: within e4m3 rounding). */
+static float fp8_excess(const world* w, const uint8_t* q, const float* scales, size_t l, size_t row, int r, int t) {
+  const size_t RT = (size_t)w->R * w->T;
+  const int G = w->H / 128;
+  float worst = -1e30f;
+  int h;
+  for (h = 0; h < w->H; ++h) {
+    /* scales: [L, R*T, G] column-major, storage [L, G, R*T] */
+    const float s = scales[(l * G + (size_t)(h / 128)) * RT + row];
+    const float got = from_e4m3(q[h]) * s, want = from_bf16(w->xs[((size_t)r * w->T + t) * w->H + h]);
+    const float excess = fabsf(got - want) - (0.07f * fabsf(want) + s * 0.002f);
+    if (excess > worst) worst = excess;
+  }
+  return worst;
+}
+
+/* FP8 dispatch: each received row is matched to the routed token it is closest to (each token
+ * once); every value must be within e4m3 rounding of that token's (1/16 relative, with a margin
+ * for float rounding, plus the subnormal step). */
+static int check_fp8_dispatch(const world* w, const uint8_t* recv, const float* scales, const int32_t* count) {
+  int l, row, r, t;
+  const size_t RT = (size_t)w->R * w->T;
+  char* used = calloc((size_t)w->R * w->T, 1);
+  for (l = 0; l < w->L; ++l) {
+    const int64_t e = (int64_t)w->rank * w->L + l;
+    memset(used, 0, (size_t)w->R * w->T);
+    for (row = 0; row < count[l]; ++row) {
+      const uint8_t* q = recv + ((size_t)l * RT + row) * w->H;
+      int best_r = -1, best_t = -1;
+      float best = 1e30f;
+      for (r = 0; r < w->R; ++r)
+        for (t = 0; t < w->T; ++t) {
+          float x;
+          if (used[r * w->T + t] || !token_goes_to(w, r, t, e)) continue;
+          x = fp8_excess(w, q, scales, (size_t)l, (size_t)row, r, t);
+          if (x < best) best = x, best_r = r, best_t = t;
+        }
+      if (best_r < 0 || best > 0) {
+        say("FAILED: FP8 expert %lld row %d matches no routed token within e4m3 rounding (closest: rank %d token %d, "
+            "off by %g beyond the tolerance)",
+            (long long)e, row, best_r, best_t, best);
+        free(used);
+        return 0;
+      }
+      used[best_r * w->T + best_t] = 1;
+    }
+  }
+  free(used);
+  return 1;
+}
+
+static void* dev_alloc(const anyep_tensor_t* t, size_t elem) {
+  void* p = NULL;
+  const size_t bytes = (size_t)numel(t) * elem;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) return NULL;
+  cudaMemset(p, 0, bytes);
+  return p;
+}
+
+/* One LL round on group g: dispatch (staged or not), check, experts, combine, check. */
+static int ll_round(const world* w, anyep_group_t g, int device, int staged, cudaStream_t stream) {
+  const size_t TK = (size_t)w->T * w->K, TH = (size_t)w->T * w->H, RT = (size_t)w->R * w->T;
+  const size_t LRTH = (size_t)w->L * RT * w->H;
+  anyep_tensor_t rx, rs, rc, x, idx, wt, out, ex;
+  void *d_x = NULL, *d_idx = NULL, *d_w = NULL, *d_rx, *d_rc, *d_out = NULL, *d_y = NULL;
+  uint16_t *h_rx = malloc(LRTH * 2), *h_y = calloc(LRTH, 2), *h_out = malloc(TH * 2);
+  int32_t* h_rc = malloc((size_t)w->L * 4);
+  float* h_w = malloc(TK * 4);
+  anyep_handle_t h = NULL;
+  const uint32_t flags = staged ? ANYEP_SEND_ONLY : 0;
+  int t, k, ok;
+  for (t = 0; t < w->T; ++t)
+    for (k = 0; k < w->K; ++k) h_w[t * w->K + k] = weight_of(t, k);
+
+  ANYEP_OK(anyep_get_dispatch_outputs(g, &rx, &rs, &rc));
+  d_rx = dev_alloc(&rx, 2);
+  d_rc = dev_alloc(&rc, 4);
+  rx.data = d_rx;
+  rc.data = d_rc;
+  CUDA_OK(cudaMalloc(&d_x, TH * 2));
+  CUDA_OK(cudaMalloc(&d_idx, TK * 8));
+  CUDA_OK(cudaMalloc(&d_w, TK * 4));
+  CUDA_OK(cudaMalloc(&d_out, TH * 2));
+  CUDA_OK(cudaMalloc(&d_y, LRTH * 2));
+  CUDA_OK(cudaMemcpy(d_x, w->xs + (size_t)w->rank * TH, TH * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_idx, w->idx + (size_t)w->rank * TK, TK * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_w, h_w, TK * 4, cudaMemcpyHostToDevice));
+  x = tensor2(d_x, ANYEP_BFLOAT16, w->T, w->H, device);
+  idx = tensor2(d_idx, ANYEP_INT64, w->T, w->K, device);
+  wt = tensor2(d_w, ANYEP_FLOAT32, w->T, w->K, device);
+  out = tensor2(d_out, ANYEP_BFLOAT16, w->T, w->H, device);
+
+  ANYEP_OK(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h));
+  ANYEP_OK(anyep_dispatch(h, &x, &rx, NULL, &rc, flags, stream));
+  if (staged) ANYEP_OK(anyep_complete(h, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaMemcpy(h_rx, d_rx, LRTH * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(h_rc, d_rc, (size_t)w->L * 4, cudaMemcpyDeviceToHost));
+  ok = check_bf16_dispatch(w, h_rx, h_rc, h_y);
+  if (ok) {
+    ex = rx;
+    ex.data = d_y;
+    CUDA_OK(cudaMemcpy(d_y, h_y, LRTH * 2, cudaMemcpyHostToDevice));
+    ANYEP_OK(anyep_combine(h, &ex, &wt, &out, flags, stream));
+    if (staged) ANYEP_OK(anyep_complete(h, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaMemcpy(h_out, d_out, TH * 2, cudaMemcpyDeviceToHost));
+    ok = check_combine(w, h_out);
+  }
+  if (ok)
+    say("%s BF16 dispatch: %d experts' rows (%lld values) matched their tokens exactly; combine: %lld values exact",
+        staged ? "staged (send-only + complete)" : "fused", w->L, (long long)LRTH, (long long)TH);
+  ANYEP_OK(anyep_handle_destroy(h));
+  cudaFree(d_x), cudaFree(d_idx), cudaFree(d_w), cudaFree(d_rx), cudaFree(d_rc), cudaFree(d_out), cudaFree(d_y);
+  free(h_rx), free(h_y), free(h_out), free(h_rc), free(h_w);
+  return ok ? 0 : 1;
+}
+
+static int fp8_round(const world* w, anyep_group_t g, int device, cudaStream_t stream) {
+  const size_t TK = (size_t)w->T * w->K, TH = (size_t)w->T * w->H;
+  anyep_tensor_t rx, rs, rc, x, idx;
+  void *d_x = NULL, *d_idx = NULL, *d_rx, *d_rs, *d_rc;
+  uint8_t* h_rx;
+  float* h_rs;
+  int32_t* h_rc = malloc((size_t)w->L * 4);
+  anyep_handle_t h = NULL;
+  int ok;
+  ANYEP_OK(anyep_get_dispatch_outputs(g, &rx, &rs, &rc));
+  if (rx.dtype != ANYEP_FLOAT8_E4M3 || rs.dtype != ANYEP_FLOAT32 || rs.ndim != 3) {
+    say("FAILED: FP8 group outputs: recv_x dtype %d, recv_scales dtype %d ndim %d", rx.dtype, rs.dtype, rs.ndim);
+    return 1;
+  }
+  d_rx = dev_alloc(&rx, 1);
+  d_rs = dev_alloc(&rs, 4);
+  d_rc = dev_alloc(&rc, 4);
+  rx.data = d_rx, rs.data = d_rs, rc.data = d_rc;
+  h_rx = malloc((size_t)numel(&rx));
+  h_rs = malloc((size_t)numel(&rs) * 4);
+  CUDA_OK(cudaMalloc(&d_x, TH * 2));
+  CUDA_OK(cudaMalloc(&d_idx, TK * 8));
+  CUDA_OK(cudaMemcpy(d_x, w->xs + (size_t)w->rank * TH, TH * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_idx, w->idx + (size_t)w->rank * TK, TK * 8, cudaMemcpyHostToDevice));
+  x = tensor2(d_x, ANYEP_BFLOAT16, w->T, w->H, device);
+  idx = tensor2(d_idx, ANYEP_INT64, w->T, w->K, device);
+  ANYEP_OK(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h));
+  ANYEP_OK(anyep_dispatch(h, &x, &rx, &rs, &rc, 0, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaMemcpy(h_rx, d_rx, (size_t)numel(&rx), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(h_rs, d_rs, (size_t)numel(&rs) * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(h_rc, d_rc, (size_t)w->L * 4, cudaMemcpyDeviceToHost));
+  ok = check_fp8_dispatch(w, h_rx, h_rs, h_rc);
+  if (ok) say("FP8 dispatch: every received value within e4m3 rounding of its token (scales column-major)");
+  ANYEP_OK(anyep_handle_destroy(h));
+  cudaFree(d_x), cudaFree(d_idx), cudaFree(d_rx), cudaFree(d_rs), cudaFree(d_rc);
+  free(h_rx), free(h_rs), free(h_rc);
+  return ok ? 0 : 1;
+}
+
+static int make_group(const options* o, int rank, uint16_t port, int listen_fd, anyep_dtype_t dtype, int device,
+                      anyep_group_t* g) {
+  anyep_config_t cfg;
+  anyep_config_init(&cfg);
+  cfg.rank = rank;
+  cfg.num_ranks = o->ranks;
+  cfg.device = device;
+  cfg.num_experts = (int64_t)o->local * o->ranks;
+  cfg.max_tokens_per_rank = o->tokens;
+  cfg.hidden = o->hidden;
+  cfg.dispatch_dtype = dtype;
+  cfg.timeout_s = o->timeout;
+  tcp_bootstrap(&cfg, rank, port, listen_fd);
+  ANYEP_OK(anyep_group_create(&cfg, g));
+  return 0;
+}
+
+/* Builds every rank's inputs (each rank recomputes all of them: no exchange needed). */
+static void make_world(const options* o, int rank, world* w) {
+  int r, t, h;
+  w->R = o->ranks, w->T = o->tokens, w->H = o->hidden, w->L = o->local, w->K = o->topk;
+  w->E = w->L * w->R, w->rank = rank;
+  w->idx = malloc((size_t)w->R * w->T * w->K * 8);
+  w->xs = malloc((size_t)w->R * w->T * w->H * 2);
+  for (r = 0; r < w->R; ++r)
+    for (t = 0; t < w->T; ++t) {
+      topk_of(r, t, w->K, w->E, w->idx + ((size_t)r * w->T + t) * w->K);
+      for (h = 0; h < w->H; ++h) w->xs[((size_t)r * w->T + t) * w->H + h] = to_bf16(x_value(r, t, h));
+    }
+}
+
+/* The device of this rank, or EXIT_SKIP when there is none. */
+static int pick_device(int rank, int* device) {
+  int32_t n = 0;
+  anyepStatus s = anyep_get_device_count(&n);
+  if (s != anyepSuccess || n == 0) {
+    say("no GPU: the data path needs one (%s)", s == anyepSuccess ? "no CUDA device visible" : anyep_get_last_error());
+    return EXIT_SKIP;
+  }
+  *device = rank % n;
+  return 0;
+}
+
+/* What a rank of the GPU part starts with: its device (EXIT_SKIP when there is none), a stream,
+ * every rank's inputs, and a group of the given dispatch dtype. */
+static int start_rank(const options* o, int rank, uint16_t port, int listen_fd, anyep_dtype_t dtype, world* w,
+                      anyep_group_t* g, int* device, cudaStream_t* stream) {
+  int rc;
+  if ((rc = pick_device(rank, device)) != 0) return rc;
+  CUDA_OK(cudaSetDevice(*device));
+  CUDA_OK(cudaStreamCreate(stream));
+  make_world(o, rank, w);
+  return make_group(o, rank, port, listen_fd, dtype, *device, g);
+}
+
+static int gpu_rank_bf16(const options* o, int rank, uint16_t port, int listen_fd) {
+  world w;
+  anyep_group_t g = NULL;
+  anyepStatus async = anyepSuccess;
+  cudaStream_t stream;
+  int device = 0, rc;
+  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_BFLOAT16, &w, &g, &device, &stream)) != 0) return rc;
+  say("BF16 group of %d ranks on GPU %d: %d experts, %d tokens per rank, hidden %d, top-%d", o->ranks, device, w.E, w.T,
+      w.H, w.K);
+  rc = ll_round(&w, g, device, 0, stream);
+  if (rc == 0) rc = ll_round(&w, g, device, 1, stream);
+  ANYEP_OK(anyep_group_get_async_error(g, &async));
+  if (async != anyepSuccess) {
+    say("FAILED: asynchronous error: %s", anyep_get_last_error());
+    rc = 1;
+  }
+  ANYEP_OK(anyep_group_destroy(g));
+  return rc;
+}
+
+static int gpu_rank_fp8(const options* o, int rank, uint16_t port, int listen_fd) {
+  world w;
+  anyep_group_t g = NULL;
+  cudaStream_t stream;
+  int device = 0, rc;
+  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_FLOAT8_E4M3, &w, &g, &device, &stream)) != 0) return rc;
+  rc = fp8_round(&w, g, device, stream);
+  ANYEP_OK(anyep_group_destroy(g));
+  return rc;
+}
+
+static int gpu_part(const options* o) {
+  int rc = run_ranks(o, "BF16 dispatch/combine", gpu_rank_bf16);
+  if (rc == 0) rc = run_ranks(o, "FP8 dispatch", gpu_rank_fp8);
+  return rc;
+}
+
+#else /* no CUDA runtime in this build of the example */
+
+static int gpu_part(const options* o) {
+  (void)o;
+  say("no GPU: this example was built without the CUDA runtime (define ANYEP_EXAMPLE_CUDA and link cudart)");
+  return EXIT_SKIP;
+}
+
+#endif
+
+/* ---- main ---------------------------------------------------------------------------------------- */
+
+static const char* kUsage =
+    "usage: ll_example [--part cpu|gpu|all] [--ranks N] [--tokens T] [--hidden H] [--local-experts L]\n"
+    "                  [--topk K] [--timeout-s S]\n"
+    "  --part          cpu: refusals and GPU-free groups; gpu: LL dispatch/combine checked; all: both [all]\n"
+    "  --ranks         processes, 1..64 (they share this machine's GPUs) [2]\n"
+    "  --tokens        tokens per rank, 1..64 [32]\n"
+    "  --hidden        a multiple of 128, 128..4096 [512]\n"
+    "  --local-experts experts per rank, 1..32 [4]\n"
+    "  --topk          experts per token, 1..16 and at most ranks x local experts [4]\n"
+    "  --timeout-s     seconds each part may take, 1..3600 [120]\n"
+    "exit status: 0 passed, 1 a check failed, 2 bad command line, 77 no GPU for the GPU part\n";
+
+int main(int argc, char** argv) {
+  options o = {2, 32, 512, 4, 4, 120.0, "all"};
+  int i, timeout = 120, rc = 0;
+  char secret[33];
+  for (i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+    int ok = 1;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(kUsage, stdout);
+      return 0;
+    }
+    if (v == NULL) {
+      fprintf(stderr, "ll_example: %s needs a value\n%s", a, kUsage);
+      return 2;
+    }
+    ++i;
+    if (strcmp(a, "--part") == 0) {
+      ok = strcmp(v, "cpu") == 0 || strcmp(v, "gpu") == 0 || strcmp(v, "all") == 0;
+      if (!ok) fprintf(stderr, "ll_example: --part='%s' is not cpu, gpu or all\n", v);
+      o.part = v;
+    } else if (strcmp(a, "--ranks") == 0) {
+      ok = parse_int(a, v, 1, 64, &o.ranks);
+    } else if (strcmp(a, "--tokens") == 0) {
+      ok = parse_int(a, v, 1, 64, &o.tokens);
+    } else if (strcmp(a, "--hidden") == 0) {
+      ok = parse_int(a, v, 128, 4096, &o.hidden);
+      if (ok && o.hidden % 128 != 0) ok = 0, fprintf(stderr, "ll_example: --hidden must be a multiple of 128\n");
+    } else if (strcmp(a, "--local-experts") == 0) {
+      ok = parse_int(a, v, 1, 32, &o.local);
+    } else if (strcmp(a, "--topk") == 0) {
+      ok = parse_int(a, v, 1, 16, &o.topk);
+    } else if (strcmp(a, "--timeout-s") == 0) {
+      ok = parse_int(a, v, 1, 3600, &timeout);
+      o.timeout = timeout;
+    } else {
+      fprintf(stderr, "ll_example: unknown option %s\n", a);
+      ok = 0;
+    }
+    if (!ok) {
+      fputs(kUsage, stderr);
+      return 2;
+    }
+  }
+  if (o.topk > o.ranks * o.local) {
+    fprintf(stderr, "ll_example: --topk %d is more than the %d experts\n", o.topk, o.ranks * o.local);
+    return 2;
+  }
+  /* A per-run secret for the TCP store's hellos, unless the caller set one. */
+  if (getenv("ANYEP_BOOTSTRAP_SECRET") == NULL) {
+    FILE* f = fopen("/dev/urandom", "rb");
+    unsigned char b[16];
+    if (f == NULL || fread(b, 1, sizeof b, f) != sizeof b) {
+      fprintf(stderr, "ll_example: cannot read /dev/urandom for the bootstrap secret\n");
+      return 1;
+    }
+    fclose(f);
+    for (i = 0; i < 16; ++i) snprintf(secret + 2 * i, 3, "%02x", b[i]);
+    setenv("ANYEP_BOOTSTRAP_SECRET", secret, 1);
+  }
+  say("anyep %s (header %s), %d ranks, %d tokens per rank, hidden %d, %d experts per rank, top-%d", anyep_version(),
+      ANYEP_VERSION_STRING, o.ranks, o.tokens, o.hidden, o.local, o.topk);
+  if (strcmp(anyep_version(), ANYEP_VERSION_STRING) != 0) say("note: the library and the header differ in version");
+
+  if (strcmp(o.part, "gpu") != 0) {
+    say("CPU part: refusals, then GPU-free groups across %d processes", o.ranks);
+    if (!refusals(&o)) return 1;
+    if (run_ranks(&o, "GPU-free groups", gpu_free_rank) != 0) return 1;
+    say("CPU part passed");
+  }
+  if (strcmp(o.part, "cpu") != 0) {
+    say("GPU part: LL dispatch/combine across %d processes", o.ranks);
+    rc = gpu_part(&o);
+    if (rc == EXIT_SKIP)
+      say("GPU part skipped: no GPU");
+    else if (rc == 0)
+      say("GPU part passed");
+    else
+      say("GPU part FAILED");
+  }
+  return rc;
+}

@@ -1,0 +1,232 @@
+/* anyep/include/anyep/anyep.h — the C API: expert-parallel dispatch and combine for C and C++
+ * runtimes (C99; no CUDA header needed to include it).
+ *
+ *   anyep_config_t cfg;
+ *   anyep_config_init(&cfg);                       sizes the struct, sets the defaults
+ *   cfg.rank = r; cfg.num_ranks = R; cfg.num_experts = E;
+ *   cfg.max_tokens_per_rank = T; cfg.hidden = H;
+ *   cfg.bootstrap.tcp_host = "10.0.0.1"; cfg.bootstrap.tcp_port = 29500;
+ *   anyep_group_t g;   anyep_group_create(&cfg, &g);         collective
+ *   anyep_handle_t h;  anyep_handle_create(g, ANYEP_MODE_LL, &topk_idx, &h);
+ *   anyep_dispatch(h, &x, &recv_x, NULL, &recv_count, 0, stream);
+ *   ... experts ...
+ *   anyep_combine(h, &expert_out, &topk_weights, &out, 0, stream);
+ *   anyep_handle_destroy(h);  anyep_group_destroy(g);        destroy is collective
+ *
+ * Every function returns an anyepStatus; on failure anyep_get_last_error() gives a message that
+ * names the argument or what was missing. No C++ exception leaves this API. Calls on one group
+ * from several threads at once are not supported (as for a CUDA stream's user); different groups
+ * are independent.
+ *
+ * Modes: low-latency (LL) works. High-throughput (HT) is not implemented yet: a group of mode HT,
+ * or an HT handle, is refused with anyepUnsupported.
+ *
+ * A GPU-free group (cfg.device = ANYEP_DEVICE_NONE) bootstraps and checks every call's arguments
+ * like a real one but has no buffer: its data-path calls return anyepUnsupported. For tests and
+ * dry runs on machines without a GPU.
+ */
+#ifndef ANYEP_ANYEP_H
+#define ANYEP_ANYEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "anyep/status.h"
+#include "anyep/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- version --------------------------------------------------------------------------------- */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (ANYEP_VERSION_STRING of the headers it was built with). */
+const char* anyep_version(void);
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* The message of the last call on this thread that did not return anyepSuccess ("" if none). The
+ * pointer stays valid until this thread's next failing call. */
+const char* anyep_get_last_error(void);
+
+/* ---- tensors --------------------------------------------------------------------------------- */
+
+typedef enum anyep_dtype {
+  ANYEP_DTYPE_INVALID = 0,
+  ANYEP_BOOL = 1,
+  ANYEP_UINT8 = 2,
+  ANYEP_INT8 = 3,
+  ANYEP_INT16 = 4,
+  ANYEP_INT32 = 5,
+  ANYEP_INT64 = 6,
+  ANYEP_FLOAT16 = 7,
+  ANYEP_BFLOAT16 = 8,
+  ANYEP_FLOAT32 = 9,
+  ANYEP_FLOAT64 = 10,
+  ANYEP_FLOAT8_E4M3 = 11, /* e4m3fn: no infinities */
+  ANYEP_FLOAT8_E5M2 = 12
+} anyep_dtype_t;
+
+#define ANYEP_MAX_DIMS 8
+
+/* A tensor argument: device memory, row-major unless strides say otherwise. */
+typedef struct anyep_tensor {
+  void* data;                      /* first element */
+  anyep_dtype_t dtype;             /* element type */
+  int32_t ndim;                    /* 0..ANYEP_MAX_DIMS */
+  int64_t shape[ANYEP_MAX_DIMS];   /* sizes of the first ndim dimensions */
+  int64_t strides[ANYEP_MAX_DIMS]; /* in elements; all zero: row-major contiguous */
+  int32_t device;                  /* CUDA device ordinal of the memory */
+} anyep_tensor_t;
+
+/* ---- configuration --------------------------------------------------------------------------- */
+
+typedef enum anyep_mode {
+  ANYEP_MODE_LL = 1,  /* low-latency: decode-sized batches, fixed-size receive buffers */
+  ANYEP_MODE_HT = 2,  /* high-throughput: not implemented yet (anyepUnsupported) */
+  ANYEP_MODE_BOTH = 3 /* one group serving both: its LL part works, HT handles are refused */
+} anyep_mode_t;
+
+#define ANYEP_DEVICE_CURRENT (-1) /* the calling thread's current CUDA device */
+#define ANYEP_DEVICE_NONE (-2)    /* GPU-free group: bootstrap and argument checks only */
+
+/* Config flags. */
+#define ANYEP_CONFIG_ROUND_SCALE 0x1u /* FP8 dispatch: scales rounded up to powers of two */
+#define ANYEP_CONFIG_UE8M0 0x2u       /* FP8 dispatch: scales as packed UE8M0 exponents (needs ROUND_SCALE) */
+
+/* Device memory for the handles' bookkeeping (one allocation of a few KiB to MiB per handle).
+ * Both callbacks or neither (then cudaMalloc / cudaFree). alloc returns NULL on failure. */
+typedef struct anyep_allocator {
+  void* (*alloc)(size_t bytes, int32_t device, void* user);
+  void (*free)(void* ptr, size_t bytes, int32_t device, void* user);
+  void* user;
+} anyep_allocator_t;
+
+/* Out-of-band allgather (MPI_Allgather, ncclAllGather, torch.distributed, ...): every rank
+ * contributes `bytes` bytes at `send`; `recv` receives num_ranks * bytes, rank r's at r * bytes.
+ * Called collectively, the same number of times on every rank. Returns 0 on success. */
+typedef int (*anyep_allgather_fn)(const void* send, void* recv, size_t bytes, void* user);
+
+typedef enum anyep_bootstrap_kind {
+  ANYEP_BOOTSTRAP_TCP = 1,      /* built-in TCP store: rank 0 serves tcp_host:tcp_port */
+  ANYEP_BOOTSTRAP_ALLGATHER = 2 /* the caller's allgather callback */
+} anyep_bootstrap_kind_t;
+
+typedef struct anyep_bootstrap {
+  anyep_bootstrap_kind_t kind;
+  /* TCP store. Every hello carries the secret in ANYEP_BOOTSTRAP_SECRET (docs/environment.md). */
+  const char* tcp_host;  /* rank 0's address ("127.0.0.1", a host name) */
+  uint16_t tcp_port;     /* 1..65535 (rank 0 listens there), or 0 with tcp_listen_fd on rank 0 */
+  int32_t tcp_listen_fd; /* rank 0: an already bound, listening socket it takes over; -1: bind */
+  /* Allgather callback. */
+  anyep_allgather_fn allgather;
+  void* allgather_user;
+} anyep_bootstrap_t;
+
+/* Versioned by its first field: set struct_size = sizeof(anyep_config_t) (anyep_config_init
+ * does). A library newer than the header accepts the older, smaller struct; an older library
+ * accepts a newer struct only when the fields it does not know are zero. */
+typedef struct anyep_config {
+  size_t struct_size;
+  anyep_mode_t mode;            /* ANYEP_MODE_LL (default) */
+  int32_t rank;                 /* this process's rank in [0, num_ranks) */
+  int32_t num_ranks;            /* >= 1 */
+  int32_t device;               /* CUDA ordinal, ANYEP_DEVICE_CURRENT (default) or ANYEP_DEVICE_NONE */
+  int64_t num_experts;          /* a multiple of num_ranks */
+  int64_t max_tokens_per_rank;  /* T: most tokens one rank dispatches in one call */
+  int64_t hidden;               /* H: elements per token, a multiple of 128 */
+  anyep_dtype_t dispatch_dtype; /* what dispatch delivers: ANYEP_BFLOAT16 (default) or ANYEP_FLOAT8_E4M3 */
+  anyep_dtype_t combine_dtype;  /* what combine takes and returns: ANYEP_BFLOAT16 */
+  uint32_t flags;               /* ANYEP_CONFIG_* */
+  int64_t ll_buffer_bytes;      /* LL buffer per rank; 0: the size the shape needs */
+  int64_t ht_buffer_bytes;      /* HT buffer per rank; 0: auto (HT: not implemented yet) */
+  double timeout_s;             /* group creation's waits (bootstrap, connection); 0: ANYEP_TIMEOUT_S.
+                                   Waits of the data path use ANYEP_TIMEOUT_S. */
+  const char* ll_path;          /* NULL or "": ANYEP_LL_PATH; else "auto", "proxy-cuda-ipc", "proxy-libfabric" */
+  anyep_allocator_t allocator;  /* all NULL: cudaMalloc / cudaFree */
+  anyep_bootstrap_t bootstrap;
+} anyep_config_t;
+
+/* Zeroes *cfg, sets struct_size from this header and the defaults (LL, current device, BF16,
+ * TCP bootstrap on 127.0.0.1 without a listening socket). */
+static inline void anyep_config_init(anyep_config_t* cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->struct_size = sizeof(*cfg);
+  cfg->mode = ANYEP_MODE_LL;
+  cfg->num_ranks = 1;
+  cfg->device = ANYEP_DEVICE_CURRENT;
+  cfg->dispatch_dtype = ANYEP_BFLOAT16;
+  cfg->combine_dtype = ANYEP_BFLOAT16;
+  cfg->bootstrap.kind = ANYEP_BOOTSTRAP_TCP;
+  cfg->bootstrap.tcp_host = "127.0.0.1";
+  cfg->bootstrap.tcp_listen_fd = -1;
+}
+
+/* ---- group ----------------------------------------------------------------------------------- */
+
+typedef struct anyep_group* anyep_group_t;   /* opaque */
+typedef struct anyep_handle* anyep_handle_t; /* opaque */
+typedef void* anyep_stream_t;                /* a cudaStream_t; NULL: the default stream */
+
+/* Collective over cfg's bootstrap: every rank calls it with the same shape, modes and dtypes (a
+ * rank whose configuration differs is named in the error), the LL buffers are allocated and
+ * connected (direct stores where peers are reachable, the CPU proxy for the others). */
+anyepStatus anyep_group_create(const anyep_config_t* cfg, anyep_group_t* group);
+
+/* Collective: waits (at most the creation timeout) for every rank to arrive, so no peer still
+ * writes into this rank's buffer, then frees everything. The group is gone even when the wait
+ * failed (then the status says which rank was missing). Destroying twice is anyepInvalidArgument. */
+anyepStatus anyep_group_destroy(anyep_group_t group);
+
+/* Non-blocking: an error the group's kernels or proxy threads raised since creation (a peer that
+ * timed out, a rejected command). *async_error is anyepSuccess when none; otherwise the error's
+ * status, and anyep_get_last_error() on this thread gives its message. The group is unusable after
+ * an asynchronous error: destroy it. */
+anyepStatus anyep_group_get_async_error(anyep_group_t group, anyepStatus* async_error);
+
+/* The outputs dispatch needs (data NULL, device the group's; 0 in a GPU-free group): recv_x [L, R*T, H] of the dispatch
+ * dtype, recv_scales (FP8 only: [L, R*T, H/128] float32, or [L, R*T, H/512] int32 with UE8M0,
+ * column-major: strides {R*T*G, 1, R*T}; ndim 0 without FP8), recv_count [L] int32. Any pointer
+ * may be NULL. */
+anyepStatus anyep_get_dispatch_outputs(anyep_group_t group, anyep_tensor_t* recv_x, anyep_tensor_t* recv_scales,
+                                       anyep_tensor_t* recv_count);
+
+/* CUDA devices this process can use (0 when there is none, or the library was built without CUDA). */
+anyepStatus anyep_get_device_count(int32_t* count);
+
+/* ---- per forward pass ------------------------------------------------------------------------ */
+
+/* A handle for one forward pass of one layer: the routing topk_idx (int64 [N, K] on the group's
+ * device, N <= max_tokens_per_rank, K <= 16, -1 = no expert) is recorded (the memory must stay
+ * valid and unchanged until the handle's combine has run). The handle owns the routing
+ * bookkeeping dispatch writes and combine reads (from the group's allocator). */
+anyepStatus anyep_handle_create(anyep_group_t group, anyep_mode_t mode, const anyep_tensor_t* topk_idx,
+                                anyep_handle_t* handle);
+/* Frees the handle's memory at once: the work that uses it must be finished (or the allocator
+ * stream-aware). Destroying twice is anyepInvalidArgument. */
+anyepStatus anyep_handle_destroy(anyep_handle_t handle);
+
+#define ANYEP_SEND_ONLY 0x1u /* launch only the send phase; anyep_complete launches the receive phase */
+
+/* Sends each token of x (bfloat16 [N, H]) to its experts. recv_x, recv_scales (FP8 dispatch only;
+ * NULL otherwise) and recv_count as anyep_get_dispatch_outputs describes them. Stream-ordered on
+ * `stream`: no host synchronisation. */
+anyepStatus anyep_dispatch(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* recv_x,
+                           const anyep_tensor_t* recv_scales, const anyep_tensor_t* recv_count, uint32_t flags,
+                           anyep_stream_t stream);
+
+/* Returns the experts' outputs (bfloat16 [L, R*T, H], rows as dispatch delivered them) to their
+ * tokens' ranks: out[t] = sum over k of topk_weights[t, k] * output of expert topk_idx[t, k]
+ * (float32 [N, K] weights; out bfloat16 [N, H]). After the handle's dispatch has completed. */
+anyepStatus anyep_combine(anyep_handle_t handle, const anyep_tensor_t* expert_x, const anyep_tensor_t* topk_weights,
+                          const anyep_tensor_t* out, uint32_t flags, anyep_stream_t stream);
+
+/* Launches the receive phase of the handle's last ANYEP_SEND_ONLY dispatch or combine on `stream`
+ * (overlap compute between the two). anyepInvalidArgument when nothing is staged. */
+anyepStatus anyep_complete(anyep_handle_t handle, anyep_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ANYEP_ANYEP_H */

@@ -1,0 +1,159 @@
+// The C API's LL backend over the CUDA runtime (runtime/ll_api.h): the same calls the Python
+// extension makes, with the C caller's descriptors and stream.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "capi/ll_backend.h"
+#include "common/cuda_check.h"
+#include "common/error.h"
+#include "runtime/ll_api.h"
+#include "runtime/ll_buffer.h"
+
+namespace anyep::capi {
+namespace {
+
+using runtime::LowLatencyBuffer;
+
+// Restores the calling thread's current device on scope exit (the C caller's state is theirs).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+    cuda_check(cudaSetDevice(device), "anyep", "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+// One rank's contribution to the collective buffer creation: a status byte, then the
+// connection record (ok) or the status code and the message (failed).
+constexpr uint8_t kRecordOk = 1, kRecordFailed = 0;
+
+class CudaLL final : public LLBackend {
+ public:
+  CudaLL(const GroupSpec& spec, int device, transport::Bootstrap& boot) : device_(device) {
+    std::vector<uint8_t> mine;
+    std::exception_ptr local;
+    try {
+      DeviceGuard guard(device);
+      buf_ = std::make_unique<LowLatencyBuffer>(spec.rank, spec.num_ranks, spec.ll_bytes, device, spec.ll_path);
+      mine.push_back(kRecordOk);
+      const std::vector<uint8_t> info = buf_->local_info();
+      mine.insert(mine.end(), info.begin(), info.end());
+    } catch (const Error& e) {
+      local = std::current_exception();
+      mine.assign({kRecordFailed, static_cast<uint8_t>(e.status())});
+      const std::string m = e.what();
+      mine.insert(mine.end(), m.begin(), m.end());
+    }
+    // Every rank takes part even after a local failure, so the others fail at once naming it.
+    const std::vector<std::vector<uint8_t>> all = boot.allgather(mine);
+    if (local) std::rethrow_exception(local);
+    std::vector<std::vector<uint8_t>> infos(all.size());
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (all[r].size() >= 2 && all[r][0] == kRecordFailed)
+        throw Error(static_cast<anyepStatus>(all[r][1]),
+                    "rank " + std::to_string(r) +
+                        " could not create its LL buffer: " + std::string(all[r].begin() + 2, all[r].end()));
+      if (all[r].empty() || all[r][0] != kRecordOk)
+        throw InternalError("capi: rank " + std::to_string(r) + " sent a malformed LL buffer record");
+      infos[r].assign(all[r].begin() + 1, all[r].end());
+    }
+    DeviceGuard guard(device);
+    buf_->connect(infos, &boot);
+  }
+  ~CudaLL() override {
+    try {
+      destroy();
+    } catch (...) {
+      // destroy() called explicitly reports errors; a destructor must not throw.
+    }
+  }
+
+  runtime::LLBufferInfo info() const override { return buf_->info(); }
+
+  RecvPhase dispatch(const runtime::LLDispatchIn& in, const runtime::LLDispatchOut& out, bool send_only,
+                     void* stream) override {
+    DeviceGuard guard(device_);
+    const runtime::LLCall call = runtime::dispatch(*buf_, in, out, send_only ? ll::kPhaseSend : ll::kPhaseBoth,
+                                                   static_cast<cudaStream_t>(stream));
+    return send_only ? recv_phase(call) : RecvPhase();
+  }
+  RecvPhase combine(const runtime::LLCombineIn& in, const runtime::TensorRef& out, bool send_only,
+                    void* stream) override {
+    DeviceGuard guard(device_);
+    const runtime::LLCall call = runtime::combine(*buf_, in, out, send_only ? ll::kPhaseSend : ll::kPhaseBoth,
+                                                  static_cast<cudaStream_t>(stream));
+    return send_only ? recv_phase(call) : RecvPhase();
+  }
+  void check_async() override { buf_->check_error(); }
+  void synchronize() override {
+    DeviceGuard guard(device_);
+    cuda_check(cudaDeviceSynchronize(), "anyep", "synchronize before the group's destroy");
+  }
+  void destroy() override {
+    if (!buf_) return;
+    DeviceGuard guard(device_);
+    buf_->destroy();
+  }
+
+ private:
+  RecvPhase recv_phase(const runtime::LLCall& call) const {
+    const int device = device_;
+    return [call, device](void* stream) {
+      DeviceGuard guard(device);
+      call.launch(ll::kPhaseRecv, static_cast<cudaStream_t>(stream));
+    };
+  }
+  int device_;
+  std::unique_ptr<LowLatencyBuffer> buf_;
+};
+
+}  // namespace
+
+std::unique_ptr<LLBackend> make_ll_backend(const GroupSpec& spec, int device, transport::Bootstrap& boot) {
+  return std::make_unique<CudaLL>(spec, device, boot);
+}
+
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    if (why) *why = std::string("no GPU: cudaGetDeviceCount: ") + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "no GPU: cudaGetDeviceCount found no CUDA device";
+  return n;
+}
+
+int resolve_device(int requested) {
+  if (requested >= 0) return requested;
+  int d = 0;
+  cuda_check(cudaGetDevice(&d), "anyep", "cudaGetDevice");
+  return d;
+}
+
+void* device_alloc(size_t bytes, int device) {
+  DeviceGuard guard(device);
+  void* p = nullptr;
+  cuda_check(cudaMalloc(&p, bytes), "anyep", "cudaMalloc of handle memory");
+  return p;
+}
+
+void device_free(void* p, int device) {
+  if (!p) return;
+  DeviceGuard guard(device);
+  cudaFree(p);
+}
+
+}  // namespace anyep::capi

@@ -1,0 +1,129 @@
+#include "testkit/tsan_transport.h"
+
+#include <vector>
+
+#if defined(__SANITIZE_THREAD__)
+#define ANYEP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ANYEP_TSAN 1
+#endif
+#endif
+
+#ifdef ANYEP_TSAN
+#include <sanitizer/tsan_interface.h>
+// Exported by the TSan runtime, not declared in its public header.
+extern "C" void __tsan_read_range(void* addr, unsigned long size);
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#endif
+
+namespace anyep::testkit {
+
+#ifdef ANYEP_TSAN
+namespace {
+
+using namespace anyep::transport;
+
+// One per process: a rank is a process, and an ack may come back through any of its endpoints.
+char g_nic_edge;
+
+// Accesses inside the inner transport's hot-path calls are not tracked (see the header).
+struct Untracked {
+  Untracked() { __tsan_ignore_thread_begin(); }
+  ~Untracked() { __tsan_ignore_thread_end(); }
+};
+
+class TsanAwareTransport final : public Transport {
+ public:
+  explicit TsanAwareTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+
+  const Capabilities& capabilities() const override { return inner_->capabilities(); }
+  uint32_t rank() const override { return inner_->rank(); }
+  uint32_t num_ranks() const override { return inner_->num_ranks(); }
+
+  MrId register_memory(void* base, size_t length, MemKind kind) override {
+    const MrId id = inner_->register_memory(base, length, kind);
+    if (regions_.size() <= id) regions_.resize(id + 1);
+    regions_[id] = {static_cast<char*>(base), length, kind == MemKind::kHost};
+    return id;
+  }
+  std::vector<uint8_t> export_mr(MrId id) const override { return inner_->export_mr(id); }
+  std::vector<uint8_t> local_address() const override { return inner_->local_address(); }
+  void connect(const std::vector<std::vector<uint8_t>>& addresses) override { inner_->connect(addresses); }
+  void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
+    inner_->import_mr(peer, remote_id, desc);
+  }
+
+  int post_write(const WriteDesc& w) override {
+    posted(w);
+    Untracked u;
+    return inner_->post_write(w);
+  }
+  int post_writes(const WriteDesc* w, size_t n, size_t* posted_n) override {
+    for (size_t i = 0; i < n; ++i) posted(w[i]);
+    Untracked u;
+    return inner_->post_writes(w, n, posted_n);
+  }
+  int post_imm(uint32_t dst_rank, uint32_t imm, uint64_t context) override {
+    __tsan_release(&g_nic_edge);
+    Untracked u;
+    return inner_->post_imm(dst_rank, imm, context);
+  }
+  int poll(Completion* comps, size_t max_comps, size_t* n_comps, ImmEvent* imms, size_t max_imms,
+           size_t* n_imms) override {
+    int rc;
+    {
+      Untracked u;
+      rc = inner_->poll(comps, max_comps, n_comps, imms, max_imms, n_imms);
+    }
+    if (*n_comps || *n_imms) __tsan_acquire(&g_nic_edge);
+    return rc;
+  }
+  std::string last_error() const override { return inner_->last_error(); }
+
+ private:
+  struct Region {
+    char* base = nullptr;
+    size_t length = 0;
+    bool host = false;
+  };
+  // The NIC reads the source bytes now (as far as TSan is told), then the post is visible to
+  // whatever completes or answers it.
+  void posted(const WriteDesc& w) {
+    if (w.local_mr < regions_.size()) {
+      const Region& r = regions_[w.local_mr];
+      // Out-of-range writes are the inner transport's to refuse; only host bytes are modelled.
+      if (r.host && w.length && w.local_offset <= r.length && w.length <= r.length - w.local_offset)
+        __tsan_read_range(r.base + w.local_offset, w.length);
+    }
+    __tsan_release(&g_nic_edge);
+  }
+
+  std::unique_ptr<Transport> inner_;
+  std::vector<Region> regions_;
+};
+
+}  // namespace
+
+bool tsan_build() { return true; }
+
+std::unique_ptr<transport::Transport> make_tsan_aware_transport(const transport::TransportSpec& spec) {
+  transport::TransportSpec plain = spec;
+  plain.chaos.reset();
+  std::unique_ptr<transport::Transport> t = std::make_unique<TsanAwareTransport>(transport::make_transport(plain));
+  if (spec.chaos) t = transport::chaos::make_chaos_transport(std::move(t), *spec.chaos);
+  return t;
+}
+
+#else
+
+bool tsan_build() { return false; }
+
+std::unique_ptr<transport::Transport> make_tsan_aware_transport(const transport::TransportSpec& spec) {
+  return transport::make_transport(spec);
+}
+
+#endif
+
+}  // namespace anyep::testkit

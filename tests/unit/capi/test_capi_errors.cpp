@@ -1,0 +1,521 @@
+// The C API's documented refusals, on the CPU: GPU-free groups of one rank (an allgather callback
+// that returns the caller's own bytes) run every argument check of every call. Each case checks
+// the status and the message (which names the function and the argument), and that nothing
+// crashes or leaks across the boundary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "anyep/anyep.h"
+
+namespace {
+
+static_assert(offsetof(anyep_config_t, struct_size) == 0, "struct_size is the first field");
+
+// A C caller may put any int where the API has an enum; C++ may not even load such a value. The
+// tests write the bits (set_raw), and call with an int where a C caller would pass one (as_c_int).
+template <typename E>
+void set_raw(E& field, int32_t v) {
+  static_assert(sizeof(E) == sizeof v, "C enums are int-sized");
+  std::memcpy(&field, &v, sizeof v);
+}
+using HandleCreateC = anyepStatus (*)(anyep_group_t, int32_t, const anyep_tensor_t*, anyep_handle_t*);
+using StatusNameC = const char* (*)(int32_t);
+
+// One-rank allgather: the contribution is the result.
+int self_allgather(const void* send, void* recv, size_t bytes, void*) {
+  std::memcpy(recv, send, bytes);
+  return 0;
+}
+int failing_allgather(const void*, void*, size_t, void*) { return 5; }
+
+// A GPU-free one-rank configuration: E = L = 8 experts, T = 16 tokens, H = 256.
+anyep_config_t gpu_free_config() {
+  anyep_config_t c;
+  anyep_config_init(&c);
+  c.device = ANYEP_DEVICE_NONE;
+  c.num_experts = 8;
+  c.max_tokens_per_rank = 16;
+  c.hidden = 256;
+  c.bootstrap.kind = ANYEP_BOOTSTRAP_ALLGATHER;
+  c.bootstrap.allgather = self_allgather;
+  return c;
+}
+
+// A descriptor of device memory that is never touched (GPU-free calls only check descriptors).
+alignas(256) unsigned char g_fake[64];
+anyep_tensor_t tensor(anyep_dtype_t dtype, std::vector<int64_t> shape, int32_t device = 0) {
+  anyep_tensor_t t;
+  std::memset(&t, 0, sizeof t);
+  t.data = g_fake;
+  t.dtype = dtype;
+  t.ndim = static_cast<int32_t>(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) t.shape[d] = shape[d];
+  t.device = device;
+  return t;
+}
+
+// Expects `got` == `want` and the thread's last error to contain every piece of `text`.
+::testing::AssertionResult refused(anyepStatus got, anyepStatus want, std::vector<std::string> text) {
+  if (got != want)
+    return ::testing::AssertionFailure() << "status " << anyepStatusName(got) << ", expected " << anyepStatusName(want)
+                                         << " (last error: " << anyep_get_last_error() << ")";
+  const std::string msg = anyep_get_last_error();
+  for (const std::string& t : text)
+    if (msg.find(t) == std::string::npos)
+      return ::testing::AssertionFailure() << "message '" << msg << "' lacks '" << t << "'";
+  return ::testing::AssertionSuccess();
+}
+
+class GpuFree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    anyep_config_t c = gpu_free_config();
+    ASSERT_EQ(anyep_group_create(&c, &group), anyepSuccess) << anyep_get_last_error();
+    anyep_tensor_t idx = tensor(ANYEP_INT64, {4, 2});
+    ASSERT_EQ(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &handle), anyepSuccess) << anyep_get_last_error();
+  }
+  void TearDown() override {
+    if (handle) {
+      EXPECT_EQ(anyep_handle_destroy(handle), anyepSuccess) << anyep_get_last_error();
+    }
+    if (group) {
+      EXPECT_EQ(anyep_group_destroy(group), anyepSuccess) << anyep_get_last_error();
+    }
+  }
+  // Every dispatch argument right for the handle (N = 4 tokens, K = 2).
+  anyep_tensor_t x = tensor(ANYEP_BFLOAT16, {4, 256});
+  anyep_tensor_t recv_x = tensor(ANYEP_BFLOAT16, {8, 16, 256});
+  anyep_tensor_t recv_count = tensor(ANYEP_INT32, {8});
+  anyep_tensor_t expert_x = tensor(ANYEP_BFLOAT16, {8, 16, 256});
+  anyep_tensor_t weights = tensor(ANYEP_FLOAT32, {4, 2});
+  anyep_tensor_t out = tensor(ANYEP_BFLOAT16, {4, 256});
+  anyep_group_t group = nullptr;
+  anyep_handle_t handle = nullptr;
+};
+
+TEST(CApi, VersionAndStatusNames) {
+  EXPECT_STREQ(anyep_version(), ANYEP_VERSION_STRING);
+  EXPECT_STREQ(anyepStatusName(anyepUnsupported), "anyepUnsupported");
+  EXPECT_STREQ(reinterpret_cast<StatusNameC>(&anyepStatusName)(99), "anyepUnknownStatus");
+}
+
+TEST(CApi, NullPointersAreRefusedByName) {
+  anyep_config_t c = gpu_free_config();
+  anyep_group_t g = reinterpret_cast<anyep_group_t>(0x1);
+  EXPECT_TRUE(refused(anyep_group_create(nullptr, &g), anyepInvalidArgument, {"anyep_group_create", "cfg is NULL"}));
+  EXPECT_EQ(g, nullptr) << "the out handle is cleared on failure";
+  EXPECT_TRUE(refused(anyep_group_create(&c, nullptr), anyepInvalidArgument, {"group is NULL"}));
+  EXPECT_TRUE(refused(anyep_group_destroy(nullptr), anyepInvalidArgument, {"anyep_group_destroy", "group is NULL"}));
+  anyepStatus st = anyepSuccess;
+  EXPECT_TRUE(refused(anyep_group_get_async_error(nullptr, &st), anyepInvalidArgument, {"group is NULL"}));
+  EXPECT_TRUE(refused(anyep_get_device_count(nullptr), anyepInvalidArgument, {"count is NULL"}));
+  EXPECT_TRUE(
+      refused(anyep_get_dispatch_outputs(nullptr, nullptr, nullptr, nullptr), anyepInvalidArgument, {"group is NULL"}));
+  anyep_tensor_t idx = tensor(ANYEP_INT64, {4, 2});
+  anyep_handle_t h = nullptr;
+  EXPECT_TRUE(refused(anyep_handle_create(nullptr, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument, {"group is NULL"}));
+  EXPECT_TRUE(refused(anyep_handle_destroy(nullptr), anyepInvalidArgument, {"handle is NULL"}));
+  EXPECT_TRUE(refused(anyep_dispatch(nullptr, &idx, &idx, nullptr, &idx, 0, nullptr), anyepInvalidArgument,
+                      {"anyep_dispatch", "handle is NULL"}));
+  EXPECT_TRUE(refused(anyep_combine(nullptr, &idx, &idx, &idx, 0, nullptr), anyepInvalidArgument,
+                      {"anyep_combine", "handle is NULL"}));
+  EXPECT_TRUE(refused(anyep_complete(nullptr, nullptr), anyepInvalidArgument, {"anyep_complete", "handle is NULL"}));
+}
+
+TEST_F(GpuFree, NullArgumentsOfCalls) {
+  anyep_handle_t h = nullptr;
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, nullptr, &h), anyepInvalidArgument,
+                      {"anyep_handle_create", "topk_idx is NULL"}));
+  anyep_tensor_t idx = tensor(ANYEP_INT64, {4, 2});
+  EXPECT_TRUE(
+      refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, nullptr), anyepInvalidArgument, {"handle is NULL"}));
+  anyepStatus st = anyepSuccess;
+  EXPECT_TRUE(refused(anyep_group_get_async_error(group, nullptr), anyepInvalidArgument, {"async_error is NULL"}));
+  EXPECT_TRUE(refused(anyep_dispatch(handle, nullptr, &recv_x, nullptr, &recv_count, 0, nullptr), anyepInvalidArgument,
+                      {"x is NULL"}));
+  EXPECT_TRUE(refused(anyep_dispatch(handle, &x, nullptr, nullptr, &recv_count, 0, nullptr), anyepInvalidArgument,
+                      {"recv_x is NULL"}));
+  EXPECT_TRUE(refused(anyep_dispatch(handle, &x, &recv_x, nullptr, nullptr, 0, nullptr), anyepInvalidArgument,
+                      {"recv_count is NULL"}));
+  EXPECT_TRUE(
+      refused(anyep_combine(handle, nullptr, &weights, &out, 0, nullptr), anyepInvalidArgument, {"expert_x is NULL"}));
+  EXPECT_TRUE(refused(anyep_combine(handle, &expert_x, nullptr, &out, 0, nullptr), anyepInvalidArgument,
+                      {"topk_weights is NULL"}));
+  EXPECT_TRUE(
+      refused(anyep_combine(handle, &expert_x, &weights, nullptr, 0, nullptr), anyepInvalidArgument, {"out is NULL"}));
+  x.data = nullptr;
+  EXPECT_TRUE(refused(anyep_dispatch(handle, &x, &recv_x, nullptr, &recv_count, 0, nullptr), anyepInvalidArgument,
+                      {"x.data is NULL", "1024 elements"}));
+  EXPECT_EQ(anyep_group_get_async_error(group, &st), anyepSuccess);
+  EXPECT_EQ(st, anyepSuccess) << "a GPU-free group has no asynchronous error";
+}
+
+TEST(CApi, StructSizeIsChecked) {
+  anyep_group_t g = nullptr;
+  anyep_config_t c = gpu_free_config();
+  c.struct_size = 0;
+  EXPECT_TRUE(
+      refused(anyep_group_create(&c, &g), anyepInvalidArgument, {"cfg->struct_size is 0", "sizeof(anyep_config_t)"}));
+  c.struct_size = sizeof(anyep_config_t) - 8;
+  EXPECT_TRUE(refused(anyep_group_create(&c, &g), anyepInvalidArgument,
+                      {"cfg->struct_size is " + std::to_string(sizeof(anyep_config_t) - 8)}));
+  c.struct_size = size_t{1} << 40;  // an uninitialised struct
+  EXPECT_TRUE(refused(anyep_group_create(&c, &g), anyepInvalidArgument, {"not a size of anyep_config_t"}));
+
+  // A newer header's struct: unknown fields set are refused, unset ones accepted.
+  struct Newer {
+    anyep_config_t v1;
+    uint64_t future_field;
+  } n;
+  n.v1 = gpu_free_config();
+  n.v1.struct_size = sizeof n;
+  n.future_field = 7;
+  EXPECT_TRUE(refused(anyep_group_create(&n.v1, &g), anyepInvalidArgument, {"newer anyep.h"}));
+  n.future_field = 0;
+  ASSERT_EQ(anyep_group_create(&n.v1, &g), anyepSuccess) << anyep_get_last_error();
+  EXPECT_EQ(anyep_group_destroy(g), anyepSuccess) << anyep_get_last_error();
+}
+
+struct ConfigCase {
+  const char* name;
+  void (*mutate)(anyep_config_t&);
+  anyepStatus status;
+  std::vector<std::string> text;
+};
+
+TEST(CApi, EveryConfigFieldIsChecked) {
+  const ConfigCase cases[] = {
+      {"mode out of enum", [](anyep_config_t& c) { set_raw(c.mode, 7); }, anyepInvalidArgument, {"cfg->mode is 7"}},
+      {"HT mode",
+       [](anyep_config_t& c) { c.mode = ANYEP_MODE_HT; },
+       anyepUnsupported,
+       {"ANYEP_MODE_HT", "not supported yet"}},
+      {"no ranks", [](anyep_config_t& c) { c.num_ranks = 0; }, anyepInvalidArgument, {"cfg->num_ranks is 0"}},
+      {"rank past the end",
+       [](anyep_config_t& c) { c.rank = 1; },
+       anyepInvalidArgument,
+       {"cfg->rank is 1", "[0, num_ranks=1)"}},
+      {"device", [](anyep_config_t& c) { c.device = -3; }, anyepInvalidArgument, {"cfg->device is -3"}},
+      {"no experts", [](anyep_config_t& c) { c.num_experts = 0; }, anyepInvalidArgument, {"cfg->num_experts is 0"}},
+      {"experts not a multiple of ranks",
+       [](anyep_config_t& c) {
+         c.num_ranks = 2;
+         c.num_experts = 3;
+       },
+       anyepInvalidArgument,
+       {"cfg->num_experts is 3", "multiple of num_ranks=2"}},
+      {"no tokens",
+       [](anyep_config_t& c) { c.max_tokens_per_rank = 0; },
+       anyepInvalidArgument,
+       {"cfg->max_tokens_per_rank is 0"}},
+      {"hidden not a multiple of 128", [](anyep_config_t& c) { c.hidden = 100; }, anyepInvalidArgument, {"hidden"}},
+      {"hidden past the limit", [](anyep_config_t& c) { c.hidden = 32768; }, anyepInvalidArgument, {"hidden"}},
+      {"experts past the limit", [](anyep_config_t& c) { c.num_experts = 8192; }, anyepInvalidArgument, {"experts"}},
+      {"dispatch dtype unsupported",
+       [](anyep_config_t& c) { c.dispatch_dtype = ANYEP_INT32; },
+       anyepInvalidArgument,
+       {"cfg->dispatch_dtype is ANYEP_INT32"}},
+      {"dispatch dtype out of enum",
+       [](anyep_config_t& c) { set_raw(c.dispatch_dtype, 99); },
+       anyepInvalidArgument,
+       {"cfg->dispatch_dtype is 99, not an anyep_dtype_t value"}},
+      {"dispatch dtype unset",
+       [](anyep_config_t& c) { c.dispatch_dtype = ANYEP_DTYPE_INVALID; },
+       anyepInvalidArgument,
+       {"cfg->dispatch_dtype is not set"}},
+      {"combine dtype",
+       [](anyep_config_t& c) { c.combine_dtype = ANYEP_FLOAT8_E4M3; },
+       anyepInvalidArgument,
+       {"cfg->combine_dtype is ANYEP_FLOAT8_E4M3"}},
+      {"unknown flag", [](anyep_config_t& c) { c.flags = 0x80; }, anyepInvalidArgument, {"cfg->flags", "128"}},
+      {"round scale without FP8",
+       [](anyep_config_t& c) { c.flags = ANYEP_CONFIG_ROUND_SCALE; },
+       anyepInvalidArgument,
+       {"need an FP8 dispatch_dtype"}},
+      {"UE8M0 without round scale",
+       [](anyep_config_t& c) {
+         c.dispatch_dtype = ANYEP_FLOAT8_E4M3;
+         c.flags = ANYEP_CONFIG_UE8M0;
+       },
+       anyepInvalidArgument,
+       {"without ANYEP_CONFIG_ROUND_SCALE"}},
+      {"UE8M0 hidden",
+       [](anyep_config_t& c) {
+         c.dispatch_dtype = ANYEP_FLOAT8_E4M3;
+         c.flags = ANYEP_CONFIG_ROUND_SCALE | ANYEP_CONFIG_UE8M0;
+       },
+       anyepInvalidArgument,
+       {"multiple of 512"}},
+      {"negative LL buffer",
+       [](anyep_config_t& c) { c.ll_buffer_bytes = -1; },
+       anyepInvalidArgument,
+       {"cfg->ll_buffer_bytes is -1"}},
+      {"LL buffer too small",
+       [](anyep_config_t& c) { c.ll_buffer_bytes = 1000; },
+       anyepInvalidArgument,
+       {"cfg->ll_buffer_bytes is 1000", "bytes the shape needs"}},
+      {"negative HT buffer",
+       [](anyep_config_t& c) { c.ht_buffer_bytes = -1; },
+       anyepInvalidArgument,
+       {"cfg->ht_buffer_bytes"}},
+      {"negative timeout", [](anyep_config_t& c) { c.timeout_s = -1; }, anyepInvalidArgument, {"cfg->timeout_s"}},
+      {"NaN timeout", [](anyep_config_t& c) { c.timeout_s = std::nan(""); }, anyepInvalidArgument, {"cfg->timeout_s"}},
+      {"LL path",
+       [](anyep_config_t& c) { c.ll_path = "bogus"; },
+       anyepInvalidArgument,
+       {"cfg->ll_path='bogus'", "auto, proxy-cuda-ipc, proxy-libfabric"}},
+      {"half an allocator",
+       [](anyep_config_t& c) { c.allocator.alloc = [](size_t, int32_t, void*) -> void* { return nullptr; }; },
+       anyepInvalidArgument,
+       {"cfg->allocator", "only one of alloc and free"}},
+      {"bootstrap kind",
+       [](anyep_config_t& c) { set_raw(c.bootstrap.kind, 9); },
+       anyepInvalidArgument,
+       {"cfg->bootstrap.kind is 9"}},
+      {"allgather missing",
+       [](anyep_config_t& c) { c.bootstrap.allgather = nullptr; },
+       anyepInvalidArgument,
+       {"cfg->bootstrap.allgather is NULL"}},
+      {"TCP host missing",
+       [](anyep_config_t& c) {
+         c.bootstrap.kind = ANYEP_BOOTSTRAP_TCP;
+         c.bootstrap.tcp_host = nullptr;
+       },
+       anyepInvalidArgument,
+       {"cfg->bootstrap.tcp_host is empty"}},
+      {"TCP port missing",
+       [](anyep_config_t& c) {
+         c.bootstrap.kind = ANYEP_BOOTSTRAP_TCP;
+         c.bootstrap.tcp_port = 0;
+       },
+       anyepInvalidArgument,
+       {"cfg->bootstrap.tcp_port is 0"}},
+      {"allgather callback fails",
+       [](anyep_config_t& c) { c.bootstrap.allgather = failing_allgather; },
+       anyepTransportError,
+       {"allgather callback", "returned 5"}},
+  };
+  for (const ConfigCase& k : cases) {
+    anyep_config_t c = gpu_free_config();
+    k.mutate(c);
+    anyep_group_t g = nullptr;
+    EXPECT_TRUE(refused(anyep_group_create(&c, &g), k.status, k.text)) << k.name;
+    EXPECT_EQ(g, nullptr) << k.name;
+    EXPECT_EQ(std::string(anyep_get_last_error()).rfind("anyep_group_create: ", 0), 0u) << k.name;
+  }
+}
+
+TEST(CApi, GpuConfigWithoutGpuSaysNoGpu) {
+  int32_t n = -1;
+  ASSERT_EQ(anyep_get_device_count(&n), anyepSuccess);
+  if (n > 0) GTEST_SKIP() << "this machine has " << n << " GPU(s): the no-GPU refusal cannot be shown here";
+  anyep_config_t c = gpu_free_config();
+  c.device = ANYEP_DEVICE_CURRENT;
+  anyep_group_t g = nullptr;
+  EXPECT_TRUE(refused(anyep_group_create(&c, &g), anyepUnsupported, {"no GPU", "ANYEP_DEVICE_NONE"}));
+}
+
+TEST(CApi, DoubleDestroyAndStaleHandles) {
+  anyep_config_t c = gpu_free_config();
+  anyep_group_t g = nullptr;
+  ASSERT_EQ(anyep_group_create(&c, &g), anyepSuccess) << anyep_get_last_error();
+  anyep_tensor_t idx = tensor(ANYEP_INT64, {4, 2});
+  anyep_handle_t h = nullptr, h2 = nullptr;
+  ASSERT_EQ(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepSuccess) << anyep_get_last_error();
+  ASSERT_EQ(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h2), anyepSuccess) << anyep_get_last_error();
+  EXPECT_EQ(anyep_handle_destroy(h), anyepSuccess);
+  EXPECT_TRUE(refused(anyep_handle_destroy(h), anyepInvalidArgument,
+                      {"anyep_handle_destroy", "is not a live anyep handle", "destroyed already"}));
+  EXPECT_TRUE(refused(anyep_complete(h, nullptr), anyepInvalidArgument, {"is not a live anyep handle"}));
+  EXPECT_EQ(anyep_group_destroy(g), anyepSuccess) << anyep_get_last_error();
+  EXPECT_TRUE(refused(anyep_group_destroy(g), anyepInvalidArgument, {"is not a live anyep group"}));
+  anyepStatus st;
+  EXPECT_TRUE(refused(anyep_group_get_async_error(g, &st), anyepInvalidArgument, {"is not a live anyep group"}));
+  anyep_handle_t h3 = nullptr;
+  EXPECT_TRUE(
+      refused(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h3), anyepInvalidArgument, {"is not a live anyep group"}));
+  // A handle that outlived its group: refused by name, then destroyed cleanly.
+  anyep_tensor_t x = tensor(ANYEP_BFLOAT16, {4, 256});
+  EXPECT_TRUE(refused(anyep_dispatch(h2, &x, &x, nullptr, &x, 0, nullptr), anyepInvalidArgument,
+                      {"the handle's group was destroyed"}));
+  EXPECT_EQ(anyep_handle_destroy(h2), anyepSuccess) << anyep_get_last_error();
+  // A value that never was a handle.
+  EXPECT_TRUE(refused(anyep_group_destroy(reinterpret_cast<anyep_group_t>(uintptr_t{0x7fff1234})), anyepInvalidArgument,
+                      {"is not a live anyep group"}));
+}
+
+TEST_F(GpuFree, HandleRoutingIsChecked) {
+  anyep_handle_t h = nullptr;
+  anyep_tensor_t idx = tensor(ANYEP_INT32, {4, 2});
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
+                      {"topk_idx must be ANYEP_INT64, got ANYEP_INT32"}));
+  idx = tensor(ANYEP_INT64, {4, 2});
+  set_raw(idx.dtype, 42);
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
+                      {"topk_idx.dtype is 42, not an anyep_dtype_t value"}));
+  idx = tensor(ANYEP_INT64, {8});
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
+                      {"topk_idx must have 2 dimensions"}));
+  idx = tensor(ANYEP_INT64, {17, 2});
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
+                      {"17 tokens", "max_tokens_per_rank=16"}));
+  idx = tensor(ANYEP_INT64, {4, 17});
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
+                      {"17 experts per token", "[1, 16]"}));
+  idx = tensor(ANYEP_INT64, {4, 2});
+  idx.ndim = 9;
+  EXPECT_TRUE(
+      refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument, {"topk_idx.ndim is 9"}));
+  idx = tensor(ANYEP_INT64, {4, 2});
+  idx.shape[0] = -4;
+  EXPECT_TRUE(
+      refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument, {"topk_idx.shape[0] is -4"}));
+  idx = tensor(ANYEP_INT64, {4, 2});
+  idx.strides[0] = 1;
+  idx.strides[1] = 4;  // column-major
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
+                      {"topk_idx must be contiguous"}));
+  idx = tensor(ANYEP_INT64, {4, 2}, -1);
+  EXPECT_TRUE(
+      refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument, {"topk_idx.device is -1"}));
+  idx = tensor(ANYEP_INT64, {4, 2});
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_HT, &idx, &h), anyepUnsupported,
+                      {"ANYEP_MODE_HT", "not supported yet"}));
+  EXPECT_TRUE(refused(reinterpret_cast<HandleCreateC>(&anyep_handle_create)(group, 5, &idx, &h), anyepInvalidArgument,
+                      {"mode is 5"}));
+  EXPECT_EQ(h, nullptr);
+}
+
+TEST_F(GpuFree, DispatchArgumentsAreCheckedThenNoGpu) {
+  auto dispatch = [&](uint32_t flags = 0, const anyep_tensor_t* scales = nullptr) {
+    return anyep_dispatch(handle, &x, &recv_x, scales, &recv_count, flags, nullptr);
+  };
+  anyep_tensor_t good_x = x;
+  x.dtype = ANYEP_FLOAT32;
+  EXPECT_TRUE(refused(dispatch(), anyepInvalidArgument, {"x must be BFloat16, got Float"}));
+  x = good_x;
+  x.shape[1] = 512;
+  EXPECT_TRUE(refused(dispatch(), anyepInvalidArgument, {"x has hidden 512", "created with hidden 256"}));
+  x = good_x;
+  x.shape[0] = 3;
+  EXPECT_TRUE(refused(dispatch(), anyepInvalidArgument, {"topk_idx has 4 rows, x has 3"}));
+  x = good_x;
+  x.device = 1;
+  EXPECT_TRUE(refused(dispatch(), anyepInvalidArgument, {"on device 1"}));
+  x = good_x;
+  recv_x.shape[1] = 8;
+  EXPECT_TRUE(refused(dispatch(), anyepInvalidArgument, {"recv_x must have shape [8, 16, 256], got [8, 8, 256]"}));
+  recv_x.shape[1] = 16;
+  recv_count.dtype = ANYEP_INT64;
+  EXPECT_TRUE(refused(dispatch(), anyepInvalidArgument, {"recv_count must be Int, got Long"}));
+  recv_count.dtype = ANYEP_INT32;
+  anyep_tensor_t scales = tensor(ANYEP_FLOAT32, {8, 16, 2});
+  EXPECT_TRUE(refused(dispatch(0, &scales), anyepInvalidArgument, {"recv_scales must be NULL"}));
+  EXPECT_TRUE(refused(dispatch(0x10), anyepInvalidArgument, {"flags has unknown bits 16"}));
+  // Every argument right: the call is refused only for the missing GPU.
+  EXPECT_TRUE(refused(dispatch(), anyepUnsupported, {"anyep_dispatch", "no GPU", "every argument check passed"}));
+  EXPECT_TRUE(refused(dispatch(ANYEP_SEND_ONLY), anyepUnsupported, {"no GPU"}));
+  EXPECT_TRUE(refused(anyep_complete(handle, nullptr), anyepInvalidArgument, {"nothing to complete"}));
+}
+
+TEST_F(GpuFree, CombineArgumentsAreCheckedThenNoGpu) {
+  auto combine = [&] { return anyep_combine(handle, &expert_x, &weights, &out, 0, nullptr); };
+  expert_x.dtype = ANYEP_FLOAT8_E4M3;
+  EXPECT_TRUE(refused(combine(), anyepInvalidArgument, {"x must be BFloat16, got Float8_e4m3fn"}));
+  expert_x.dtype = ANYEP_BFLOAT16;
+  expert_x.shape[2] = 128;
+  EXPECT_TRUE(refused(combine(), anyepInvalidArgument, {"expert_x has hidden 128"}));
+  expert_x.shape[2] = 256;
+  expert_x.shape[1] = 15;
+  EXPECT_TRUE(refused(combine(), anyepInvalidArgument, {"x must have shape [num_local_experts=8"}));
+  expert_x.shape[1] = 16;
+  weights.shape[1] = 3;
+  EXPECT_TRUE(refused(combine(), anyepInvalidArgument, {"topk_weights must have the shape of topk_idx [4, 2]"}));
+  weights.shape[1] = 2;
+  out.shape[0] = 5;
+  EXPECT_TRUE(refused(combine(), anyepInvalidArgument, {"out must have shape [4, 256], got [5, 256]"}));
+  out.shape[0] = 4;
+  EXPECT_TRUE(refused(combine(), anyepUnsupported, {"anyep_combine", "no GPU", "every argument check passed"}));
+}
+
+TEST(CApi, DispatchOutputShapes) {
+  struct Case {
+    anyep_dtype_t dtype;
+    uint32_t flags;
+    int64_t hidden;
+    anyep_dtype_t scale_dtype;
+    int64_t groups;  // scale columns
+  } cases[] = {{ANYEP_BFLOAT16, 0, 256, ANYEP_DTYPE_INVALID, 0},
+               {ANYEP_FLOAT8_E4M3, 0, 256, ANYEP_FLOAT32, 2},
+               {ANYEP_FLOAT8_E4M3, ANYEP_CONFIG_ROUND_SCALE | ANYEP_CONFIG_UE8M0, 1024, ANYEP_INT32, 2}};
+  for (const Case& k : cases) {
+    anyep_config_t c = gpu_free_config();
+    c.dispatch_dtype = k.dtype;
+    c.flags = k.flags;
+    c.hidden = k.hidden;
+    anyep_group_t g = nullptr;
+    ASSERT_EQ(anyep_group_create(&c, &g), anyepSuccess) << anyep_get_last_error();
+    anyep_tensor_t rx, rs, rc;
+    ASSERT_EQ(anyep_get_dispatch_outputs(g, &rx, &rs, &rc), anyepSuccess) << anyep_get_last_error();
+    EXPECT_EQ(rx.dtype, k.dtype);
+    ASSERT_EQ(rx.ndim, 3);
+    EXPECT_EQ(rx.shape[0], 8);
+    EXPECT_EQ(rx.shape[1], 16);
+    EXPECT_EQ(rx.shape[2], k.hidden);
+    EXPECT_EQ(rx.strides[0], 16 * k.hidden);
+    EXPECT_EQ(rx.data, nullptr);
+    EXPECT_EQ(rs.dtype, k.scale_dtype);
+    if (k.groups == 0) {
+      EXPECT_EQ(rs.ndim, 0);
+    } else {
+      ASSERT_EQ(rs.ndim, 3);
+      EXPECT_EQ(rs.shape[2], k.groups);
+      // Column-major scales: storage [L, G, R*T].
+      EXPECT_EQ(rs.strides[0], k.groups * 16);
+      EXPECT_EQ(rs.strides[1], 1);
+      EXPECT_EQ(rs.strides[2], 16);
+    }
+    EXPECT_EQ(rc.dtype, ANYEP_INT32);
+    ASSERT_EQ(rc.ndim, 1);
+    EXPECT_EQ(rc.shape[0], 8);
+    // Any output may be left out.
+    EXPECT_EQ(anyep_get_dispatch_outputs(g, nullptr, nullptr, nullptr), anyepSuccess);
+    EXPECT_EQ(anyep_group_destroy(g), anyepSuccess) << anyep_get_last_error();
+  }
+}
+
+TEST(CApi, BothModeGroupRefusesHtHandles) {
+  anyep_config_t c = gpu_free_config();
+  c.mode = ANYEP_MODE_BOTH;
+  anyep_group_t g = nullptr;
+  ASSERT_EQ(anyep_group_create(&c, &g), anyepSuccess) << anyep_get_last_error();
+  anyep_tensor_t idx = tensor(ANYEP_INT64, {4, 2});
+  anyep_handle_t h = nullptr;
+  EXPECT_TRUE(refused(anyep_handle_create(g, ANYEP_MODE_HT, &idx, &h), anyepUnsupported, {"not supported yet"}));
+  ASSERT_EQ(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepSuccess) << anyep_get_last_error();
+  EXPECT_EQ(anyep_handle_destroy(h), anyepSuccess);
+  EXPECT_EQ(anyep_group_destroy(g), anyepSuccess);
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  anyep_group_t g = nullptr;
+  ASSERT_EQ(anyep_group_create(nullptr, &g), anyepInvalidArgument);
+  const std::string mine = anyep_get_last_error();
+  std::string theirs_before, theirs_after;
+  std::thread([&] {
+    theirs_before = anyep_get_last_error();
+    anyep_group_destroy(nullptr);
+    theirs_after = anyep_get_last_error();
+  }).join();
+  EXPECT_EQ(theirs_before, "") << "a fresh thread has no last error";
+  EXPECT_NE(theirs_after.find("anyep_group_destroy"), std::string::npos);
+  EXPECT_EQ(std::string(anyep_get_last_error()), mine) << "another thread's failure left this thread's text alone";
+}
+
+}  // namespace
