@@ -76,6 +76,9 @@ elseif(ANYEP_GPU_KIND STREQUAL "hip")
   set(ANYEP_HIP ON)
   set(ANYEP_HAVE_GPU ON)
   set(ANYEP_GPU_LANG HIP)
+  # One warp size in every file of the build, also plain C++ that never sees HIP (the HT geometry
+  # in anyep_runtime_contract is computed from it and must match the kernels'): CDNA's 64.
+  add_compile_definitions(ANYEP_WARP_SIZE=64)
   include(${CMAKE_CURRENT_LIST_DIR}/anyep_hip_toolchain.cmake)
   anyep_prepare_hip()
   enable_language(HIP)

@@ -47,10 +47,17 @@
 #define ANYEP_DEVICE_PASS 1  // this translation pass generates GPU code
 #endif
 
+// A HIP build defines ANYEP_WARP_SIZE=64 for every file (cmake/anyep_gpu.cmake), so that plain C++
+// files that never see HIP (the HT geometry in anyep_runtime_contract) agree with the kernels.
+#if !defined(ANYEP_WARP_SIZE)
 #if defined(__HIP_PLATFORM_AMD__)
 #define ANYEP_WARP_SIZE 64
 #else
 #define ANYEP_WARP_SIZE 32
+#endif
+#endif
+#if (defined(__HIP_PLATFORM_AMD__) && ANYEP_WARP_SIZE != 64) || (defined(__CUDACC__) && ANYEP_WARP_SIZE != 32)
+#error "anyep: ANYEP_WARP_SIZE disagrees with the GPU toolchain (64 on AMD, 32 on NVIDIA)"
 #endif
 
 // One wavefront size per build: host code (launch shapes, tests) and device code must agree.
@@ -518,6 +525,16 @@ ANYEP_HD ANYEP_INLINE int lowest_bit64(uint64_t x) {
 // software, bit for bit: round to nearest even; FP8 saturates finite values and infinities to
 // +-448 and keeps NaN a NaN (the SATFINITE mode the kernels use). tests/unit/common/test_number_formats
 // checks the software against a reference; tests/gpu/common checks it against NVIDIA's instructions.
+
+// A BF16 tensor element, for pointers to BF16 tensors (storage only: values go through the
+// conversions below, pairs as uint32_t). NVIDIA: the toolkit's type; elsewhere its 16 bits (the
+// kernels only load and store it, so no vendor type is needed).
+#if defined(__CUDACC__)
+using bf16 = __nv_bfloat16;
+#else
+using bf16 = uint16_t;
+#endif
+static_assert(sizeof(bf16) == 2, "BF16 is 16 bits");
 
 ANYEP_HD ANYEP_INLINE uint32_t float_bits(float f) {
 #if defined(ANYEP_DEVICE_PASS)

@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(kBlockThreads) combine_kernel(CombineArgs a) {
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
             const int64_t off = off0 + u * kStride;
-            v[u] =
-                off < int64_t(x_bytes) ? __ldcg(reinterpret_cast<const uint4*>(slot[r] + off)) : make_uint4(0, 0, 0, 0);
+            v[u] = off < int64_t(x_bytes) ? port::load_l2(reinterpret_cast<const uint4*>(slot[r] + off))
+                                          : make_uint4(0, 0, 0, 0);
           }
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
@@ -207,12 +207,12 @@ __global__ void __launch_bounds__(kBlockThreads) combine_kernel(CombineArgs a) {
         float sum = 0.f;
 #pragma unroll
         for (int r = 0; r < kMaxRanks; ++r)
-          if (slot[r] != nullptr) sum += __ldcg(dev::at<float>(slot[r], x_bytes + 4ull * lane));
+          if (slot[r] != nullptr) sum += port::load_l2(dev::at<float>(slot[r], x_bytes + 4ull * lane));
         a.out_topk_weights[int64_t(t) * K + lane] = sum;
       }
       // Done with token t: this warp needs nothing below pos (+1 if it read the slot) any more.
       // The fence orders this warp's slot reads before the progress other warps may publish.
-      __threadfence_block();
+      port::fence_block();
       port::warp_sync(full);
       if (lane < R) s_pos[warp][lane] = pos + (sh >= 0 ? 1 : 0);
       if (++since_publish >= g.chunk) {

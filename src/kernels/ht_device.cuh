@@ -119,14 +119,14 @@ __device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int6
     uint4 v[kDepth];
 #pragma unroll
     for (int j = 0; j < kDepth; ++j)
-      v[j] = kFromRing ? __ldcg(reinterpret_cast<const uint4*>(src + off + j * kStride))
+      v[j] = kFromRing ? port::load_l2(reinterpret_cast<const uint4*>(src + off + j * kStride))
                        : port::load16_read_once(src + off + j * kStride);
 #pragma unroll
     for (int j = 0; j < kDepth; ++j) *reinterpret_cast<uint4*>(dst + off + j * kStride) = v[j];
   }
   for (; off < bytes; off += kStride)
     *reinterpret_cast<uint4*>(dst + off) =
-        kFromRing ? __ldcg(reinterpret_cast<const uint4*>(src + off)) : port::load16_read_once(src + off);
+        kFromRing ? port::load_l2(reinterpret_cast<const uint4*>(src + off)) : port::load16_read_once(src + off);
 }
 
 __device__ __forceinline__ float bf16_to_float(uint32_t b) { return __uint_as_float(b << 16); }

@@ -118,12 +118,12 @@ __device__ void recv_channel(const DispatchArgs& a, int c, int s, uint32_t epoch
         dev::warp_copy<true>(a.recv_x + row * a.x_bytes, slot, a.x_bytes, lane);
         for (int j = lane; j < a.num_scales; j += port::kWarpSize)
           *reinterpret_cast<uint32_t*>(a.recv_scales + 4 * (row * a.num_scales + j)) =
-              __ldcg(dev::at<uint32_t>(slot, sc_off + 4ull * j));
+              port::load_l2(dev::at<uint32_t>(slot, sc_off + 4ull * j));
         if (lane < K) {
-          a.recv_topk_idx[row * K + lane] = __ldcg(dev::at<int32_t>(slot, idx_off + 4ull * lane));
-          a.recv_topk_weights[row * K + lane] = __ldcg(dev::at<float>(slot, w_off + 4ull * lane));
+          a.recv_topk_idx[row * K + lane] = port::load_l2(dev::at<int32_t>(slot, idx_off + 4ull * lane));
+          a.recv_topk_weights[row * K + lane] = port::load_l2(dev::at<float>(slot, w_off + 4ull * lane));
         }
-        if (lane == 0) a.recv_src_idx[row] = __ldcg(dev::at<int32_t>(slot, src_off));
+        if (lane == 0) a.recv_src_idx[row] = port::load_l2(dev::at<int32_t>(slot, src_off));
       }
     }
     // Our reads of the slots come before the release of the head that lets the sender reuse them.

@@ -5,12 +5,9 @@
 
 #include <cstdint>
 
+#include "common/gpu_runtime.h"
 #include "kernels/ht_layout.h"
 #include "kernels/ll_kernels.h"  // ErrorRecord
-
-#if defined(__CUDACC__) || __has_include(<cuda_runtime_api.h>)
-#include <cuda_runtime_api.h>
-#endif
 
 namespace anyep::ht {
 
@@ -102,7 +99,7 @@ struct CombineArgs {
   float* out_topk_weights = nullptr;                    // [N, K] or null
 };
 
-#if defined(__CUDACC__) || __has_include(<cuda_runtime_api.h>)
+#if ANYEP_HAVE_GPU_RUNTIME
 // Zeroes the outputs and counts on `stream`, then one pass over topk_idx. No sync.
 cudaError_t launch_layout(const LayoutArgs& a, cudaStream_t stream);
 // Barrier, counts to every peer, barrier, prefix sums; channel prefix sums in other blocks.

@@ -30,14 +30,14 @@ __global__ void __launch_bounds__(kBlockThreads) notify_kernel(NotifyArgs a) {
     for (int j = threadIdx.x; j < R; j += blockDim.x) {
       int32_t sum = 0;
       for (int i = 0; i < R; ++i) {
-        sum += __ldcg(counts + i * kCountsRow + j);
+        sum += port::load_l2(counts + i * kCountsRow + j);
         a.rank_prefix_matrix[i * R + j] = sum;
       }
       if (j == me && a.recv_counter != nullptr) *a.recv_counter = sum;
     }
     for (int l = threadIdx.x; l < L && a.recv_expert_counter != nullptr; l += blockDim.x) {
       int32_t sum = 0;
-      for (int i = 0; i < R; ++i) sum += __ldcg(counts + i * kCountsRow + R + l);
+      for (int i = 0; i < R; ++i) sum += port::load_l2(counts + i * kCountsRow + R + l);
       const int al = a.expert_alignment;
       a.recv_expert_counter[l] = (sum + al - 1) / al * al;
     }

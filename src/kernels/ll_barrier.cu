@@ -47,7 +47,7 @@ __device__ void arrive(const Common& c, int p, int delta) {
   }
 }
 
-__global__ void __launch_bounds__(kBlockThreads, 1) barrier_kernel(const __grid_constant__ Common c) {
+__global__ void __launch_bounds__(kBlockThreads, 1) barrier_kernel(const ANYEP_GRID_CONSTANT Common c) {
   const int R = static_cast<int>(c.g.R);
   const bool proxy = c.proxy.rings != nullptr;
   for (int p = threadIdx.x; p < R; p += blockDim.x) {

@@ -148,7 +148,7 @@ __device__ __forceinline__ void row_values(const Layout& g, const uint8_t* row, 
 // FP32 and in slot order (the same sum every time: DeepEP's pressure test compares outputs bit for
 // bit), stored as BF16 (the block's threads split the row's 16-byte vectors).
 template <bool kLogfmt>
-__device__ __forceinline__ void reduce_token(const Common& c, uint16_t* out, int t, uint32_t valid,
+__device__ __forceinline__ void reduce_token(const Common& c, port::bf16* out, int t, uint32_t valid,
                                              const uint8_t* const* s_src, const float* s_w,
                                              const uint32_t (*s_mask)[kLogfmtMaskWords]) {
   const int H = static_cast<int>(c.g.H);
@@ -169,7 +169,7 @@ __device__ __forceinline__ void reduce_token(const Common& c, uint16_t* out, int
     dev::st16(out + static_cast<int64_t>(t) * H + v * 8, o);
   }
 }
-__device__ __noinline__ void reduce_token_logfmt(const Common& c, uint16_t* out, int t, uint32_t valid,
+__device__ __noinline__ void reduce_token_logfmt(const Common& c, port::bf16* out, int t, uint32_t valid,
                                                  const uint8_t* const* s_src, const float* s_w,
                                                  const uint32_t (*s_mask)[kLogfmtMaskWords]) {
   reduce_token<true>(c, out, t, valid, s_src, s_w, s_mask);
@@ -259,12 +259,12 @@ __device__ void recv_phase(const CombineArgs& a) {
   __shared__ uint32_t s_mask[kMaxTopk][kLogfmtMaskWords];  // LogFMT: the rows' headers
   __shared__ uint32_t s_valid;                             // bit k: slot k contributes
   static_assert(kMaxTopk <= 32, "a bit per top-k slot in s_valid");
-  uint16_t* out = static_cast<uint16_t*>(a.out);  // BF16 bits
+  port::bf16* out = static_cast<port::bf16*>(a.out);
 
   for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
     if (threadIdx.x == 0) s_valid = 0u;
     __syncthreads();
-    if (static_cast<int>(threadIdx.x) < K) {
+    if (threadIdx.x < static_cast<unsigned>(K)) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       if (e >= 0 && e < E) {

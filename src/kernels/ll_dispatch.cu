@@ -61,7 +61,7 @@ __device__ void send_phase(const DispatchArgs& a) {
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
 
   for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
-    if (static_cast<int>(threadIdx.x) < K) {
+    if (threadIdx.x < static_cast<unsigned>(K)) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       uint8_t* dst = nullptr;
@@ -129,7 +129,7 @@ __device__ void send_phase(const DispatchArgs& a) {
       }
     }
     __syncthreads();
-    if (static_cast<int>(threadIdx.x) < K) {
+    if (threadIdx.x < static_cast<unsigned>(K)) {
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + threadIdx.x]);
       // Counted even when the write was refused (error already reported) so no warp waits forever.
       if (e >= 0 && e < E) {

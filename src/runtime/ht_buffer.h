@@ -10,12 +10,11 @@
 // dispatch(). Every call starts with a barrier over the ranks, on the GPU.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/gpu_runtime.h"
 #include "kernels/ht_kernels.h"
 #include "runtime/ht_validate.h"
 

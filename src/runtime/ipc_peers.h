@@ -4,10 +4,10 @@
 // HT buffers, each with its own magic so records of one are never taken for the other.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 #include <vector>
+
+#include "common/gpu_runtime.h"
 
 namespace anyep::runtime {
 
