@@ -1,6 +1,7 @@
 // The warp primitives of common/portability.h on a GPU, for whatever warp size the build has
 // (32 lanes with CUDA, 64 with HIP): lane ids, shuffles, reductions, ballot/any/all, the full
-// lane mask, warp_sync and warp_active_mask, each compared with what port::kWarpSize (the host's
+// lane mask, warp_sync and warp_active_mask, and the HT kernels' masked forms (warp_ballot(mask,
+// pred), warp_sync(mask)), lanes_below and warp_reduce_min, each compared with what port::kWarpSize (the host's
 // constant) says they must be. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -50,10 +51,15 @@ TEST(WarpGpu, PrimitivesMatchTheWarpSize) {
       EXPECT_NE(h.active_low[t] & (uint64_t{1} << lane), 0u);
       EXPECT_EQ(h.active_low[t] & ~uint64_t{0x1f}, 0u);
     }
+    EXPECT_EQ(h.below[t], lane);
+    EXPECT_EQ(h.reduce_min[t], 100.0f - static_cast<float>(last));
+    EXPECT_EQ(h.reduce_min4[t], 100.0f - static_cast<float>(lane | 3));
+    EXPECT_EQ(h.synced_masked[t], 2000 + t / n);
   }
   for (int w = 0; w < kWarps; ++w) {
     SCOPED_TRACE("warp " + std::to_string(w));
     EXPECT_EQ(h.ballot_odd[w], odd);
+    EXPECT_EQ(h.ballot_odd_masked[w], odd);
     EXPECT_EQ(h.full_mask[w], full);
     EXPECT_EQ(h.any_last[w], 1);
     EXPECT_EQ(h.all_below[w], 1);

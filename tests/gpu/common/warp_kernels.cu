@@ -28,6 +28,16 @@ __global__ void warp_probe_kernel(WarpSeen* out) {
   port::warp_sync();
   out->synced[t] = *static_cast<volatile int32_t*>(&out->scratch[w]);
   if (lane < 5) out->active_low[t] = port::warp_active_mask();
+
+  const uint64_t ballot_masked = port::warp_ballot(full, (lane & 1) != 0);
+  if (lane == 0) out->ballot_odd_masked[w] = ballot_masked;
+  out->below[t] = port::popcount64(port::lanes_below());
+  out->reduce_min[t] = port::warp_reduce_min(100.0f - static_cast<float>(lane));
+  out->reduce_min4[t] = port::warp_reduce_min<4>(100.0f - static_cast<float>(lane));
+  port::warp_sync(full);  // every lane has read scratch before lane 0 rewrites it
+  if (lane == 0) out->scratch[w] = 2000 + w;
+  port::warp_sync(full);
+  out->synced_masked[t] = *static_cast<volatile int32_t*>(&out->scratch[w]);
 }
 
 cudaError_t launch_warp_probe(WarpSeen* out, cudaStream_t s) {

@@ -24,6 +24,12 @@ struct WarpSeen {
   int32_t all_but_last[kWarps];  // warp_all(lane is not the last): 0
   uint64_t active_low[kLanes];   // warp_active_mask() inside `if (lane < 5)` (0 elsewhere)
   int32_t scratch[kWarps];       // lane 0's store that the other lanes read after warp_sync()
+  // The HT kernels' forms: ballot and warp_sync with an explicit lane mask (full_lane_mask()).
+  uint64_t ballot_odd_masked[kWarps];  // warp_ballot(full, lane is odd), from lane 0
+  int32_t below[kLanes];               // popcount64(lanes_below()): the lane's index
+  float reduce_min[kLanes];            // warp_reduce_min(100 - lane) over the warp
+  float reduce_min4[kLanes];           // warp_reduce_min<4>(100 - lane): per group of 4 lanes
+  int32_t synced_masked[kLanes];       // what lane 0 stored (again) before warp_sync(full)
 };
 
 cudaError_t launch_warp_probe(WarpSeen* out, cudaStream_t s);
