@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "testkit/local_cluster.h"
+#include "testkit/tsan_transport.h"
 #include "testkit/workload.h"
 #include "transport/chaos/chaos_transport.h"
 
@@ -23,7 +24,8 @@ struct Case {
   uint32_t ranks, threads, producers;
   int ordering;
   uint64_t seed;
-  uint32_t signal_slots = 16;  // small: exercises credit flow control
+  uint32_t signal_slots = 16;     // small: exercises credit flow control
+  bool ht_unfenced_tail = false;  // negative control: the run must report a data violation
 };
 
 void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
@@ -33,7 +35,11 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
   w.producers = c.producers;
   w.ll_rounds = 40;
   w.ht_chunks = 80;
-  w.timeout_s = 30;
+  // The negative control ends with the other ranks waiting for acks the failed observer no longer
+  // sends: a short limit ends them (the violation, found first, is what is reported).
+  // (TSan runs ~10x slower: a limit that leaves the violation time to be found first.)
+  w.timeout_s = c.ht_unfenced_tail ? (tsan_build() ? 20 : 2) : 30;
+  w.ht_unfenced_tail = c.ht_unfenced_tail;
   LocalClusterConfig lc;
   lc.ranks = c.ranks;
   lc.threads = c.threads;
@@ -63,6 +69,20 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
       }
     });
   for (auto& t : th) t.join();
+  if (c.ht_unfenced_tail) {
+    // Without the fence some tail must overtake its chunk's bytes, and the observer must say so.
+    std::string found;
+    if (auto e = first_by_precedence(errs)) try {
+        std::rethrow_exception(e);
+      } catch (const DataViolation& v) {
+        found = v.what();
+      } catch (const std::exception& x) {
+        ADD_FAILURE() << "expected a data violation, got: " << x.what();
+      }
+    EXPECT_NE(found.find("HT tail"), std::string::npos) << "no HT tail overtook its data: " << found;
+    cl.stop();
+    return;
+  }
   for (uint32_t r = 0; r < c.ranks; ++r)
     if (errs[r]) {
       try {
@@ -115,6 +135,22 @@ TEST(ProxyRandom, ChaosEngine2Ranks1Thread) {
 TEST(ProxyRandom, ChaosEngine4Ranks2Threads) {
   const uint64_t seed = base_seed() + 4;
   run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), seed}, chaos_factory(4, 2, seed, 16));
+}
+
+// The negative control of the HT partial-order fence (kernels/ht_internode_protocol.h): the same
+// chaos run with the tail signals unfenced must be caught (a tail observed before its chunk).
+TEST(ProxyRandom, ChaosUnfencedHtTailIsCaught) {
+  const uint64_t seed = base_seed() + 5;
+  Case c{2, 1, 2, static_cast<int>(Ordering::kAuto), seed};
+  c.ht_unfenced_tail = true;
+  // Long holds (up to 4096 polls): the window in which a tail is visible and its chunk write still
+  // held is wide enough for the observer to look into it on a busy 2-core machine too.
+  run_case(c, chaos_factory(2, 1, seed, 4096));
+}
+// Its positive twin: the same seed and holds with the fence pass, so the fence is what matters.
+TEST(ProxyRandom, ChaosLongHoldsFencedHtTailHolds) {
+  const uint64_t seed = base_seed() + 5;
+  run_case({2, 1, 2, static_cast<int>(Ordering::kAuto), seed}, chaos_factory(2, 1, seed, 4096));
 }
 
 // Four signal slots per peer and long chaos delays: signal records are read far out of order, so
