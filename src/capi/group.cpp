@@ -93,10 +93,10 @@ void Group::expect_live() const {
   if (destroyed) throw InvalidArgument("the handle's group was destroyed");
 }
 
-void Group::expect_mode(anyep_mode_t mode, const char* call) const {
+void Group::expect_mode(anyep_mode_t mode) const {
   const bool ok = mode == ANYEP_MODE_LL ? spec.has_ll() : spec.has_ht();
   if (!ok)
-    throw InvalidArgument(std::string(call) + " is a " +
+    throw InvalidArgument(std::string("this is a ") +
                           (mode == ANYEP_MODE_LL ? "low-latency (LL)" : "high-throughput (HT)") +
                           " call, but the group was created with cfg->mode = " + mode_name(spec.mode) + " (use " +
                           mode_name(mode) + " or ANYEP_MODE_BOTH)");
@@ -178,7 +178,7 @@ extern "C" anyepStatus anyep_get_dispatch_outputs(anyep_group_t group, anyep_ten
   return guarded("anyep_get_dispatch_outputs", [&] {
     require(group, "group");
     std::shared_ptr<Group> g = groups().get(id_of(group));
-    g->expect_mode(ANYEP_MODE_LL, "anyep_get_dispatch_outputs");
+    g->expect_mode(ANYEP_MODE_LL);
     const GroupSpec& s = g->spec;
     // The runtime's plan for any token count: a descriptor of one token stands in for x. A
     // GPU-free group describes its outputs on device 0.

@@ -44,7 +44,7 @@ std::shared_ptr<Handle> create(anyep_group_t group, int32_t mode, const anyep_te
         "and options)");
   if (mode != ANYEP_MODE_LL)
     throw InvalidArgument("mode is " + to_string(mode) + ": anyep_handle_create makes ANYEP_MODE_LL (1) handles");
-  g.expect_mode(ANYEP_MODE_LL, "anyep_handle_create");
+  g.expect_mode(ANYEP_MODE_LL);
   h->mode = ANYEP_MODE_LL;
   h->topk_idx = tensor_ref(topk_idx, "topk_idx");
   const runtime::TensorRef& t = h->topk_idx;

@@ -124,7 +124,7 @@ std::shared_ptr<Handle> create(anyep_group_t group, const anyep_tensor_t* topk_i
   h->group = groups().get(id_of(group));
   Group& g = *h->group;
   const GroupSpec& s = g.spec;
-  g.expect_mode(ANYEP_MODE_HT, "anyep_ht_handle_create");
+  g.expect_mode(ANYEP_MODE_HT);
   expect_no_awaiting(g, 0, "anyep_ht_handle_create");
   h->mode = ANYEP_MODE_HT;
   h->ht = std::make_unique<HTState>();

@@ -35,7 +35,7 @@ struct Group {
   // InvalidArgument once the group was destroyed (through a handle that outlived it).
   void expect_live() const;
   // InvalidArgument naming cfg->mode when the group was created without `mode` (LL or HT) in it.
-  void expect_mode(anyep_mode_t mode, const char* call) const;
+  void expect_mode(anyep_mode_t mode) const;
 };
 
 // An HT handle's state. Its device memory (Handle::memory) holds, in this order: the layout
