@@ -281,7 +281,8 @@ anyepStatus anyep_ht_get_dispatch_outputs(anyep_handle_t handle, anyep_tensor_t*
 /* Sends each token of x ([N, H]: bfloat16, or float8 e4m3 with x_scales float32 [N, H/128] or
  * int32 [N, H/512] packed UE8M0, any strides, when the group's dispatch_dtype is FP8; NULL
  * otherwise) with its topk_weights (float32 [N, K]) once to every rank that owns one of its
- * experts. Outputs as anyep_ht_get_dispatch_outputs describes them. Once per handle. Stream-ordered. */
+ * experts. Outputs as anyep_ht_get_dispatch_outputs describes them. Once per handle. Stream-ordered,
+ * on the handle's creation stream or one that waits for it (the tables the counts exchange wrote). */
 anyepStatus anyep_ht_dispatch(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* x_scales,
                               const anyep_tensor_t* topk_weights, const anyep_tensor_t* recv_x,
                               const anyep_tensor_t* recv_scales, const anyep_tensor_t* recv_topk_idx,
