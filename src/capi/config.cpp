@@ -9,7 +9,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/parse.h"
-#include "kernels/ht_layout.h"
+#include "runtime/ht_validate.h"  // ht:: limits and geometry, through the runtime contract
 #include "runtime/ll_validate.h"
 
 namespace anyep::capi {

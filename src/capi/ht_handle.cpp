@@ -8,8 +8,8 @@
 #include "capi/api_guard.h"
 #include "capi/objects.h"
 #include "common/error.h"
-#include "kernels/ht_layout.h"
 #include "runtime/check.h"
+#include "runtime/ht_validate.h"  // ht:: limits and geometry, through the runtime contract
 
 namespace anyep::capi {
 namespace {

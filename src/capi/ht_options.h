@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "anyep/anyep.h"
-#include "kernels/ht_layout.h"
 #include "runtime/ht_validate.h"
 
 namespace anyep::capi {

@@ -1,7 +1,7 @@
 // C API groups across real processes, GPU-free (cfg->device = ANYEP_DEVICE_NONE): created and
 // destroyed collectively over the built-in TCP store and over an allgather callback, with LL, HT
-// or both in their mode; every rank names the rank whose configuration (mode, HT buffer) differs; a rank that never comes and a rank gone before
-// destroy end in an error naming it, within the configured timeout.
+// or both in their mode; every rank names the rank whose configuration (mode, HT buffer) differs; a rank that never
+// comes and a rank gone before destroy end in an error naming it, within the configured timeout.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
