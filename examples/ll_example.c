@@ -798,14 +798,16 @@ static int ht_round(const world* w, anyep_group_t g, int device, cudaStream_t st
   h_rw = malloc((size_t)n * w->K * 4);
   ANYEP_OK(anyep_ht_dispatch(h, &x, NULL, &wt, &rx, NULL, &ri, &rw, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
-  CUDA_OK(cudaMemcpy(h_rx, d_rx, (size_t)M * w->H * 2, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(h_ri, d_ri, (size_t)M * w->K * 8, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(h_rw, d_rw, (size_t)M * w->K * 4, cudaMemcpyDeviceToHost));
+  if (M > 0) { /* no rows, no buffers (cudaMalloc of 0 bytes gives none) */
+    CUDA_OK(cudaMemcpy(h_rx, d_rx, (size_t)M * w->H * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h_ri, d_ri, (size_t)M * w->K * 8, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h_rw, d_rw, (size_t)M * w->K * 4, cudaMemcpyDeviceToHost));
+  }
   ok = check_ht_dispatch(w, M, h_rx, h_ri, h_rw);
   if (ok) {
     /* This rank's "experts": every received row times 1 + rank. */
     for (row = 0; row < M * w->H; ++row) h_y[row] = to_bf16(from_bf16(h_rx[row]) * (float)(1 + w->rank));
-    CUDA_OK(cudaMemcpy(d_y, h_y, (size_t)M * w->H * 2, cudaMemcpyHostToDevice));
+    if (M > 0) CUDA_OK(cudaMemcpy(d_y, h_y, (size_t)M * w->H * 2, cudaMemcpyHostToDevice));
     ex = rx;
     ex.data = d_y;
     ANYEP_OK(anyep_ht_combine(h, &ex, &rw, &out, &ow, stream));

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Device run for the C API, the CLI and the pip package (issue 14), in ONE call:
 #   c:   build libanyep, the C example, the C API tests and the CLI (libfabric from .deps); run the
-#        error-path tests, the example's CPU part and its LL data path across 2 processes sharing
-#        GPU 0 (direct stores, then the proxy over libfabric shm), every value checked; `anyep info`;
+#        error-path tests (LL and HT), the example's CPU part and its data path across 2 processes
+#        sharing GPU 0 (LL by direct stores, then LL over the proxy on libfabric shm, each run also
+#        with its HT round by direct stores), every value checked; `anyep info`;
 #        the example built against the INSTALLED package (find_package and pkg-config) and run.
 #   pip: a venv that sees the machine's torch: python3 -m venv --system-site-packages, and, where
 #        python3 is itself a venv (this machine's /opt/torch/.venv: the new venv would see the BASE
@@ -83,12 +84,13 @@ if [[ " $PARTS " == *" c "* ]]; then
        ${DEPS:+-DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON} -DANYEP_LIBFABRIC=ON
        -DANYEP_TESTS=ON -DANYEP_BENCH=ON -DANYEP_PYTHON=OFF)
   if step configure 60 cmake "${CFG[@]}" && \
-     step build 200 cmake --build "$BUILD" --target anyep ll_example test_capi_errors test_capi_group_mp anyep_cli \
-       anyep_main -j "$(nproc)"; then
+     step build 200 cmake --build "$BUILD" --target anyep ll_example test_capi_errors test_capi_ht_errors \
+       test_capi_group_mp anyep_cli anyep_main -j "$(nproc)"; then
     step capi_errors 40 "$BUILD/tests/unit/capi/test_capi_errors"
+    step capi_ht_errors 40 "$BUILD/tests/unit/capi/test_capi_ht_errors"
     step capi_group_mp 60 "$BUILD/tests/mp/capi/test_capi_group_mp"
     step example_cpu 60 "$BUILD/examples/ll_example" --part cpu --ranks 3 --timeout-s 50
-    # The LL data path: 2 processes sharing GPU 0 (rank r on GPU r % GPUs), direct stores (CUDA IPC).
+    # The LL data path, then HT: 2 processes sharing GPU 0 (rank r on GPU r % GPUs), direct stores (CUDA IPC).
     step example_gpu 120 env CUDA_VISIBLE_DEVICES=0 "$BUILD/examples/ll_example" --part gpu --ranks 2 --timeout-s 110
     # The same through the CPU proxy over libfabric shm (each process its own node, host-staged buffer).
     step example_proxy 150 env CUDA_VISIBLE_DEVICES=0 ANYEP_LL_PATH=proxy-libfabric ANYEP_FI_PROVIDER=shm \
@@ -203,6 +205,7 @@ echo "== logs: $OUT"
 cat "$OUT/machine.txt"
 show build 4
 show capi_errors 6
+show capi_ht_errors 3
 show capi_group_mp 4
 for f in example_gpu example_proxy; do
   [ -f "$OUT/$f.log" ] && { echo "== $f: what was checked"; grep -E "BF16|FP8|HT |FAILED|no GPU|passed|exited" "$OUT/$f.log" | head -24; }
