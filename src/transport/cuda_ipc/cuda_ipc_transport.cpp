@@ -96,6 +96,38 @@ struct CopyStream {
   uint32_t unfenced = 0;  // ops at the back of `ops` not yet covered by a fence
 };
 
+// A GPU copy accepted by post_writes, not yet handed to the runtime (issue_pending()).
+struct PendingCopy {
+  void* dst;
+  void* src;  // non-const: the CUDA 12.8 batch call takes void**
+  size_t bytes;
+  Op op;
+};
+
+// Copies of one issue_pending() in one runtime call where the runtime has it. CUDA 12.8 added
+// cudaMemcpyBatchAsync (with a failure index, dropped in 13.0). Copies within a batch run in any
+// order, which this transport never promised anyway (ordered_writes = false).
+cudaError_t memcpy_batch(void** dsts, void** srcs, size_t* sizes, size_t n, cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  cudaMemcpyAttributes attr{};
+  // Stream order: the sources were written by kernels the proxy learnt of through the rings; the
+  // copy must not read them before the stream gets there. Overlap with compute: the LL kernels
+  // keep running (and spinning) while these copies go, so the driver should not take SMs for them.
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  size_t first = 0;
+#if CUDART_VERSION >= 13000
+  return cudaMemcpyBatchAsync(dsts, srcs, sizes, n, &attr, &first, 1, stream);
+#else
+  size_t fail_idx = 0;
+  return cudaMemcpyBatchAsync(dsts, srcs, sizes, n, &attr, &first, 1, &fail_idx, stream);
+#endif
+#else
+  (void)dsts, (void)srcs, (void)sizes, (void)n, (void)stream;
+  return cudaErrorNotSupported;
+#endif
+}
+
 class CudaIpcTransport final : public Transport {
  public:
   explicit CudaIpcTransport(const CudaIpcConfig& o) : opt_(o) {
@@ -123,10 +155,17 @@ class CudaIpcTransport final : public Transport {
     for (auto& s : streams_) CIPC_CUDA_THROW(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), where());
     ipc_mappings_.resize(o.num_ranks);
     pending_imms_.resize(o.num_ranks);
+    // At most max_outstanding copies wait to be issued: the hot path never allocates for them.
+    pending_.reserve(o.max_outstanding);
+    batch_dsts_.resize(o.max_outstanding);
+    batch_srcs_.resize(o.max_outstanding);
+    batch_sizes_.resize(o.max_outstanding);
+    batch_api_ = o.batch_copies;
   }
 
   ~CudaIpcTransport() override {
     cudaSetDevice(opt_.device);
+    issue_pending();                    // accepted copies still go: their ops are tracked below
     for (auto& s : streams_) fence(s);  // copies not yet behind an event get one
     // Bounded wait for copies still in flight: the memory they touch may be freed right after.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt_.teardown_timeout_s);
@@ -359,14 +398,13 @@ class CudaIpcTransport final : public Transport {
     return post_writes(&w, 1, &posted);
   }
 
-  // Copies are fenced lazily (see maybe_fence): a cudaEventRecord per write would halve the
-  // small-write rate, one per batch of writes costs nothing measurable.
+  // GPU copies are only queued here (no runtime call): poll() issues everything queued since the
+  // last poll with one batch call and one event (issue_pending), so a proxy that posts many small
+  // writes per loop iteration pays a few runtime calls per iteration, not several per write. A
+  // queue of kIssueAt copies is issued at once, so a caller that posts much between polls still
+  // keeps the copy engine busy. Host-memory targets of other processes are written synchronously.
   int post_writes(const WriteDesc* w, size_t n, size_t* posted) override {
     *posted = 0;
-    if (!n) return 0;
-    if (int rc = ensure_device()) return rc;
-    CopyStream& s = streams_[next_stream_];
-    next_stream_ = (next_stream_ + 1) % streams_.size();
     int rc = 0;
     for (; *posted < n; ++*posted) {
       const WriteDesc& d = w[*posted];
@@ -389,20 +427,12 @@ class CudaIpcTransport final : public Transport {
         continue;
       }
       // check_write vouched for both regions; their bases are addresses valid in this process.
-      cudaError_t e =
-          cudaMemcpyAsync(reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
-                          reinterpret_cast<const void*>(regions_.local(d.local_mr)->base + d.local_offset), d.length,
-                          cudaMemcpyDefault, s.stream);
-      if (e != cudaSuccess) {
-        cudaGetLastError();
-        rc = fail(-EIO, "post_write to rank " + std::to_string(d.dst_rank) + ": " + cuda_msg("cudaMemcpyAsync", e));
-        break;
-      }
       ++outstanding_;
-      s.ops.push_back(op);
-      ++s.unfenced;
+      pending_.push_back({reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
+                          reinterpret_cast<void*>(regions_.local(d.local_mr)->base + d.local_offset), d.length, op});
     }
-    if (int frc = maybe_fence(s); frc && !rc) rc = frc;
+    if (pending_.size() >= kIssueAt)
+      if (int irc = issue_pending(); irc && !rc) rc = irc;
     return rc;
   }
 
@@ -418,12 +448,9 @@ class CudaIpcTransport final : public Transport {
            size_t* n_imms) override {
     *n_comps = 0;
     *n_imms = 0;
-    int rc = ensure_device();
-    if (!rc) {
-      reap_copies();
-      for (auto& s : streams_)
-        if (int frc = maybe_fence(s); frc && !rc) rc = frc;
-    }
+    int rc = issue_pending();
+    // No runtime call at all while nothing is in flight (idle proxy threads poll constantly).
+    if (fences_in_flight_ && !ensure_device()) reap_copies();
     for (uint32_t p = 0; p < pending_imms_.size(); ++p) flush_imms(p);
     while (*n_comps < max_comps && !done_.empty()) {
       comps[(*n_comps)++] = done_.front();
@@ -439,6 +466,8 @@ class CudaIpcTransport final : public Transport {
  private:
   // Backpressure is routine: its message is a constant, so -EAGAIN costs no allocation.
   static constexpr const char* kFullMsg = "max_outstanding operations in flight; poll() and retry";
+  // post_writes issues the queue itself once it holds this many copies.
+  static constexpr size_t kIssueAt = 128;
   std::string where() const {
     return "cuda-ipc transport (rank " + std::to_string(opt_.rank) + ", device " + std::to_string(opt_.device) + ")";
   }
@@ -486,13 +515,48 @@ class CudaIpcTransport final : public Transport {
     return 0;
   }
 
-  // An idle stream (no event in flight) is fenced at once, so a lone write completes with no
-  // added delay. Copies issued while an event is in flight would finish after it anyway: they
-  // wait (up to kFenceBatch of them) for the poll() that reaps that event and fences them all.
-  static constexpr uint32_t kFenceBatch = 64;
-  int maybe_fence(CopyStream& s) {
-    if (!s.unfenced || (!s.fences.empty() && s.unfenced < kFenceBatch)) return 0;
-    return fence(s);
+  // Hands every queued copy to the runtime on the next stream (round robin): one batch call where
+  // the runtime has it (else one cudaMemcpyAsync each), then ONE event behind them all. A copy
+  // that could not be issued completes with -EIO (and no immediate); the error is returned.
+  int issue_pending() {
+    const size_t n = pending_.size();
+    if (!n) return 0;
+    size_t issued = 0;
+    int rc = ensure_device();
+    CopyStream& s = streams_[next_stream_];
+    next_stream_ = (next_stream_ + 1) % streams_.size();
+    if (!rc && batch_api_ && n > 1) {
+      for (size_t i = 0; i < n; ++i) {
+        batch_dsts_[i] = pending_[i].dst;
+        batch_srcs_[i] = pending_[i].src;
+        batch_sizes_[i] = pending_[i].bytes;
+      }
+      cudaError_t e = memcpy_batch(batch_dsts_.data(), batch_srcs_.data(), batch_sizes_.data(), n, s.stream);
+      if (e == cudaSuccess) {
+        issued = n;
+      } else {
+        // Not available here (older driver, a memory kind it refuses): one copy at a time from now
+        // on. Copies of the refused call that did go are issued again below: the same bytes to the
+        // same place, with the source unchanged until the op completes, and the op is tracked once.
+        cudaGetLastError();
+        batch_api_ = false;
+      }
+    }
+    while (!rc && issued < n) {
+      const PendingCopy& p = pending_[issued];
+      if (cudaError_t e = cudaMemcpyAsync(p.dst, p.src, p.bytes, cudaMemcpyDefault, s.stream); e != cudaSuccess) {
+        cudaGetLastError();
+        rc = fail(-EIO, "write to rank " + std::to_string(p.op.dst) + ": " + cuda_msg("cudaMemcpyAsync", e));
+      } else {
+        ++issued;
+      }
+    }
+    for (size_t i = 0; i < issued; ++i) s.ops.push_back(pending_[i].op);
+    s.unfenced += static_cast<uint32_t>(issued);
+    for (size_t i = issued; i < n; ++i) done_.push_back({pending_[i].op.context, -EIO});  // never issued
+    pending_.clear();
+    if (int frc = fence(s); frc && !rc) rc = frc;
+    return rc;
   }
   // Records one event behind the stream's unfenced copies.
   int fence(CopyStream& s) {
@@ -511,6 +575,7 @@ class CudaIpcTransport final : public Transport {
       return fail_unfenced(s, cuda_msg("cudaEventRecord", e));
     }
     s.fences.push_back({ev, s.unfenced});
+    ++fences_in_flight_;
     s.unfenced = 0;
     return 0;
   }
@@ -547,6 +612,7 @@ class CudaIpcTransport final : public Transport {
             finish_copy(op);
         }
         s.fences.pop_front();
+        --fences_in_flight_;
         free_events_.push_back(f.event);
       }
     }
@@ -580,6 +646,12 @@ class CudaIpcTransport final : public Transport {
   std::vector<CopyStream> streams_;
   size_t next_stream_ = 0;
   std::vector<cudaEvent_t> free_events_;
+  size_t fences_in_flight_ = 0;         // events recorded and not yet seen complete, all streams
+  std::vector<PendingCopy> pending_;    // accepted GPU copies, not yet issued (capacity max_outstanding)
+  std::vector<void*> batch_dsts_;       // scratch for the batch call, [max_outstanding]
+  std::vector<void*> batch_srcs_;
+  std::vector<size_t> batch_sizes_;
+  bool batch_api_ = true;               // cudaMemcpyBatchAsync in use (off: not asked for, or refused)
   RegionTable regions_{opt_.num_ranks};                        // bounds of local and imported regions
   std::vector<WireRegion> exported_;                           // [local MrId]: what export_mr hands out
   std::vector<bool> local_host_;                               // [local MrId]: host memory
