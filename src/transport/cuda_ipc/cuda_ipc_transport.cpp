@@ -646,15 +646,15 @@ class CudaIpcTransport final : public Transport {
   std::vector<CopyStream> streams_;
   size_t next_stream_ = 0;
   std::vector<cudaEvent_t> free_events_;
-  size_t fences_in_flight_ = 0;         // events recorded and not yet seen complete, all streams
-  std::vector<PendingCopy> pending_;    // accepted GPU copies, not yet issued (capacity max_outstanding)
-  std::vector<void*> batch_dsts_;       // scratch for the batch call, [max_outstanding]
+  size_t fences_in_flight_ = 0;       // events recorded and not yet seen complete, all streams
+  std::vector<PendingCopy> pending_;  // accepted GPU copies, not yet issued (capacity max_outstanding)
+  std::vector<void*> batch_dsts_;     // scratch for the batch call, [max_outstanding]
   std::vector<void*> batch_srcs_;
   std::vector<size_t> batch_sizes_;
-  bool batch_api_ = true;               // cudaMemcpyBatchAsync in use (off: not asked for, or refused)
-  RegionTable regions_{opt_.num_ranks};                        // bounds of local and imported regions
-  std::vector<WireRegion> exported_;                           // [local MrId]: what export_mr hands out
-  std::vector<bool> local_host_;                               // [local MrId]: host memory
+  bool batch_api_ = true;                // cudaMemcpyBatchAsync in use (off: not asked for, or refused)
+  RegionTable regions_{opt_.num_ranks};  // bounds of local and imported regions
+  std::vector<WireRegion> exported_;     // [local MrId]: what export_mr hands out
+  std::vector<bool> local_host_;         // [local MrId]: host memory
   std::vector<std::vector<bool>> remote_cma_{opt_.num_ranks};  // [peer][remote MrId]: host memory of another process
   std::vector<std::vector<void*>> ipc_mappings_;               // [peer][remote MrId]: to close at teardown
   std::vector<WireAddress> peers_;

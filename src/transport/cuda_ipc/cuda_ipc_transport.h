@@ -28,7 +28,7 @@ struct CudaIpcConfig {
   // The copies queued between two polls go with one cudaMemcpyBatchAsync (CUDA 12.8+ runtime and
   // driver) when true; false, or a runtime that refuses it: one cudaMemcpyAsync per copy.
   bool batch_copies = true;
-  double teardown_timeout_s = 10;   // destructor: longest wait for copies still in flight
+  double teardown_timeout_s = 10;  // destructor: longest wait for copies still in flight
 };
 
 // Creates the endpoint (its copy streams, events and its shared-memory inbox). Throws
