@@ -398,8 +398,9 @@ class CudaIpcTransport final : public Transport {
       track_.queue(reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
                    reinterpret_cast<void*>(regions_.local(d.local_mr)->base + d.local_offset), d.length, op);
     }
-    if (track_.queued().size() >= kIssueAt)
-      if (int irc = issue_pending(); irc && !rc) rc = irc;
+    // Not returned here: the writes counted in *posted were accepted. A copy that cannot be issued
+    // completes with -EIO (no immediate) and the next poll() returns the error.
+    if (track_.queued().size() >= kIssueAt && issue_pending()) issue_error_ = true;
     return rc;
   }
 
@@ -416,6 +417,10 @@ class CudaIpcTransport final : public Transport {
     *n_comps = 0;
     *n_imms = 0;
     int rc = issue_pending();
+    if (issue_error_) {  // an issue inside post_writes failed (last_error() says how)
+      issue_error_ = false;
+      rc = rc ? rc : -EIO;
+    }
     // No runtime call at all while nothing is in flight (idle proxy threads poll constantly).
     if (track_.fences_in_flight()) {
       if (const int drc = ensure_device())
@@ -593,6 +598,7 @@ class CudaIpcTransport final : public Transport {
   std::vector<void*> batch_dsts_;  // scratch for the batch call, [max_outstanding]
   std::vector<void*> batch_srcs_;
   std::vector<size_t> batch_sizes_;
+  bool issue_error_ = false;             // an issue inside post_writes failed; the next poll() returns -EIO
   bool batch_api_ = true;                // cudaMemcpyBatchAsync in use (off: not asked for, or refused)
   RegionTable regions_{opt_.num_ranks};  // bounds of local and imported regions
   std::vector<WireRegion> exported_;     // [local MrId]: what export_mr hands out
