@@ -8,6 +8,7 @@
 #include <exception>
 #include <thread>
 
+#include "batch_cutter.h"
 #include "common/error.h"
 #include "testkit/local_cluster.h"
 #include "testkit/tsan_transport.h"
@@ -113,6 +114,17 @@ EndpointFactory chaos_factory(uint32_t ranks, uint32_t threads, uint64_t seed, u
   };
 }
 
+// The chaos factory's endpoints behind a BatchCutter: every post_writes may be cut short with
+// -EAGAIN and single posts are refused now and then (the proxy retries the rest of a batch).
+EndpointFactory cut_chaos_factory(uint32_t ranks, uint32_t threads, uint64_t seed, uint32_t max_delay,
+                                  std::shared_ptr<anyep::proxy::testing::CutStats> stats) {
+  EndpointFactory inner = chaos_factory(ranks, threads, seed, max_delay);
+  return [=](uint32_t rank, uint32_t thread) -> std::unique_ptr<transport::Transport> {
+    return std::make_unique<anyep::proxy::testing::BatchCutter>(inner(rank, thread), seed * 131 + rank * 7 + thread,
+                                                                anyep::proxy::testing::Cut::kHonest, stats);
+  };
+}
+
 uint64_t base_seed() {
   const char* s = std::getenv("ANYEP_TEST_SEED");  // test-only override to replay a failure
   return s ? std::strtoull(s, nullptr, 0) : 20261122;
@@ -162,4 +174,13 @@ TEST(ProxyRandom, ChaosTinySignalArea) {
     c.signal_slots = 4;
     run_case(c, chaos_factory(3, 1, seed, 48));
   }
+}
+
+// The workload (every byte and count checked) with WRITE batches cut at random points by -EAGAIN
+// under chaos: a lost or twice-posted write, or a signal overtaking its data, fails it.
+TEST(ProxyRandom, ChaosCutBatches4Ranks2Threads) {
+  const uint64_t seed = base_seed() + 8;
+  auto stats = std::make_shared<anyep::proxy::testing::CutStats>();
+  run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), seed}, cut_chaos_factory(4, 2, seed, 16, stats));
+  EXPECT_GT(stats->cut.load(), 0u);
 }
