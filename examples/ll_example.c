@@ -4,15 +4,19 @@
  * parent binds 127.0.0.1:0 and hands rank 0 the socket, so no port can be taken in between).
  *
  *   --part cpu   needs no GPU: the documented refusals (NULL pointers, a wrong struct size, a bad
- *                dtype, a shape past the group's limits, HT, double destroy), then GPU-free groups
- *                (cfg.device = ANYEP_DEVICE_NONE) created and destroyed across the processes, each
- *                rank's dispatch refused only for the missing GPU.
+ *                dtype, a shape past the group's limits, the other mode's calls, double destroy),
+ *                then GPU-free groups of both modes (cfg.device = ANYEP_DEVICE_NONE) created and
+ *                destroyed across the processes, each rank's LL and HT dispatch refused only for
+ *                the missing GPU.
  *   --part gpu   LL dispatch and combine across the processes (rank r on GPU r % GPUs): BF16
  *                dispatch (every received row matched to its source token and compared exactly),
  *                combine of per-expert scaled outputs (every output value compared exactly with a
  *                host reference), the same staged (ANYEP_SEND_ONLY + anyep_complete), and an FP8
- *                dispatch (every value within FP8 rounding of its token). Exits 77, printing "no
- *                GPU", where no GPU is visible (or the example was built without CUDA).
+ *                dispatch (every value within FP8 rounding of its token); then high-throughput
+ *                (HT, intranode) in a group of mode HT: the received counts per expert, dispatch
+ *                (every row in source order, its values, local expert ids and weights exact) and
+ *                combine (every value and weight exact against a host reference). Exits 77,
+ *                printing "no GPU", where no GPU is visible (or the example was built without CUDA).
  *   --part all   both (default).
  *
  * Exit status: 0 passed, 1 a check failed, 2 bad command line, 77 the GPU part could not run.
@@ -145,7 +149,10 @@ static int refusals(const options* o) {
   ok &= expect_status("dispatch dtype int32", anyep_group_create(&cfg, &g), anyepInvalidArgument, "dispatch_dtype");
   cfg.dispatch_dtype = ANYEP_BFLOAT16;
   cfg.mode = ANYEP_MODE_HT;
-  ok &= expect_status("HT mode", anyep_group_create(&cfg, &g), anyepUnsupported, "not supported yet");
+  cfg.ht_buffer_bytes = 4096;
+  ok &= expect_status("HT buffer below its control data", anyep_group_create(&cfg, &g), anyepInvalidArgument,
+                      "ht_buffer_bytes");
+  cfg.ht_buffer_bytes = 0;
   cfg.mode = ANYEP_MODE_LL;
   cfg.hidden = o->hidden + 1;
   ok &= expect_status("hidden not a multiple of 128", anyep_group_create(&cfg, &g), anyepInvalidArgument, "hidden");
@@ -161,8 +168,10 @@ static int refusals(const options* o) {
   ok &= expect_status("NULL topk_idx", anyep_handle_create(g, ANYEP_MODE_LL, NULL, &h), anyepInvalidArgument,
                       "topk_idx is NULL");
   idx = tensor2(fake, ANYEP_INT64, 1, o->topk, 0);
-  ok &= expect_status("HT handle", anyep_handle_create(g, ANYEP_MODE_HT, &idx, &h), anyepUnsupported,
-                      "not supported yet");
+  ok &= expect_status("HT handle from the LL call", anyep_handle_create(g, ANYEP_MODE_HT, &idx, &h),
+                      anyepInvalidArgument, "anyep_ht_handle_create");
+  ok &= expect_status("HT call on an LL group", anyep_ht_handle_create(g, &idx, NULL, NULL, &h), anyepInvalidArgument,
+                      "cfg->mode = ANYEP_MODE_LL");
   if (!expect_status("handle", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepSuccess, "")) return 0;
   ok &= expect_status("complete with nothing staged", anyep_complete(h, NULL), anyepInvalidArgument,
                       "nothing to complete");
@@ -281,9 +290,11 @@ static int gpu_free_rank(const options* o, int rank, uint16_t port, int listen_f
   anyep_config_t cfg;
   anyep_group_t g = NULL;
   anyep_handle_t h = NULL;
-  anyep_tensor_t idx, x, recv_x, recv_count;
+  anyep_handle_t ht = NULL;
+  anyep_tensor_t idx, x, recv_x, recv_count, wt, ht_rx, ht_ri, ht_rw;
   int ok = 1;
   anyep_config_init(&cfg);
+  cfg.mode = ANYEP_MODE_BOTH;
   cfg.rank = rank;
   cfg.num_ranks = o->ranks;
   cfg.device = ANYEP_DEVICE_NONE;
@@ -302,8 +313,20 @@ static int gpu_free_rank(const options* o, int rank, uint16_t port, int listen_f
   ok &= expect_status("dispatch in a GPU-free group", anyep_dispatch(h, &x, &recv_x, NULL, &recv_count, 0, NULL),
                       anyepUnsupported, "no GPU");
   ok &= expect_status("handle destroy", anyep_handle_destroy(h), anyepSuccess, "");
+  /* The group's HT side: an HT handle (every check of the layout and the counts exchange), a
+   * dispatch refused only for the missing GPU. */
+  if (!expect_status("HT handle", anyep_ht_handle_create(g, &idx, NULL, NULL, &ht), anyepSuccess, "")) return 1;
+  wt = tensor2(fake, ANYEP_FLOAT32, o->tokens, o->topk, 0);
+  ht_rx = tensor2(fake, ANYEP_BFLOAT16, o->tokens, o->hidden, 0);
+  ht_ri = tensor2(fake, ANYEP_INT64, o->tokens, o->topk, 0);
+  ht_rw = tensor2(fake, ANYEP_FLOAT32, o->tokens, o->topk, 0);
+  ok &= expect_status("HT dispatch in a GPU-free group",
+                      anyep_ht_dispatch(ht, &x, NULL, &wt, &ht_rx, NULL, &ht_ri, &ht_rw, NULL), anyepUnsupported,
+                      "no GPU");
+  ok &= expect_status("HT handle destroy", anyep_handle_destroy(ht), anyepSuccess, "");
+  ok &= expect_status("HT handle destroyed twice", anyep_handle_destroy(ht), anyepInvalidArgument, "not a live");
   ok &= expect_status("group destroy (collective)", anyep_group_destroy(g), anyepSuccess, "");
-  if (ok) say("GPU-free group of %d ranks created, used and destroyed", o->ranks);
+  if (ok) say("GPU-free group (LL and HT) of %d ranks created, used and destroyed", o->ranks);
   return ok ? 0 : 1;
 }
 
@@ -622,10 +645,193 @@ static int fp8_round(const world* w, anyep_group_t g, int device, cudaStream_t s
   return ok ? 0 : 1;
 }
 
-static int make_group(const options* o, int rank, uint16_t port, int listen_fd, anyep_dtype_t dtype, int device,
-                      anyep_group_t* g) {
+/* ---- high-throughput (HT) ------------------------------------------------------------------------ */
+
+#define HT_ALIGN 2 /* expert_alignment of the HT round: the per-expert counts are rounded up to it */
+
+/* The rank token t of rank r goes to in HT: the owner of one of its experts (-1 slots go nowhere). */
+static int ht_goes_to(const world* w, int r, int t, int dest) {
+  int k;
+  for (k = 0; k < w->K; ++k) {
+    const int64_t e = w->idx[((size_t)r * w->T + t) * w->K + k];
+    if (e >= 0 && e / w->L == dest) return 1;
+  }
+  return 0;
+}
+
+/* HT dispatch: rows ordered by source rank, then source token, each routed token exactly once,
+ * its values, the receiver's local expert ids (-1 elsewhere) and weights (0 elsewhere) exact. */
+static int check_ht_dispatch(const world* w, int64_t M, const uint16_t* rx, const int64_t* ri, const float* rw) {
+  int64_t row = 0;
+  int r, t, k, h;
+  for (r = 0; r < w->R; ++r)
+    for (t = 0; t < w->T; ++t) {
+      if (!ht_goes_to(w, r, t, w->rank)) continue;
+      if (row >= M) {
+        say("FAILED: HT dispatch received %lld rows; rank %d token %d is routed here too", (long long)M, r, t);
+        return 0;
+      }
+      for (h = 0; h < w->H; ++h)
+        if (rx[row * w->H + h] != w->xs[((size_t)r * w->T + t) * w->H + h]) {
+          say("FAILED: HT row %lld (rank %d token %d) element %d = %g, expected %g", (long long)row, r, t, h,
+              from_bf16(rx[row * w->H + h]), from_bf16(w->xs[((size_t)r * w->T + t) * w->H + h]));
+          return 0;
+        }
+      for (k = 0; k < w->K; ++k) {
+        const int64_t e = w->idx[((size_t)r * w->T + t) * w->K + k];
+        const int mine = e >= 0 && e / w->L == w->rank;
+        const int64_t want_i = mine ? e - (int64_t)w->rank * w->L : -1;
+        const float want_w = mine ? weight_of(t, k) : 0.0f;
+        if (ri[row * w->K + k] != want_i || rw[row * w->K + k] != want_w) {
+          say("FAILED: HT row %lld (rank %d token %d) top-%d: local expert %lld weight %g, expected %lld and %g",
+              (long long)row, r, t, k, (long long)ri[row * w->K + k], rw[row * w->K + k], (long long)want_i, want_w);
+          return 0;
+        }
+      }
+      ++row;
+    }
+  if (row != M) {
+    say("FAILED: HT dispatch received %lld rows, %lld tokens are routed here", (long long)M, (long long)row);
+    return 0;
+  }
+  return 1;
+}
+
+/* HT combine: out[t] = sum over the ranks d token t went to of bf16(x[t] * (1 + d)) (every term
+ * and partial sum exact in float32, so the order does not matter), weights summed likewise. */
+static int check_ht_combine(const world* w, const uint16_t* out, const float* ow) {
+  int t, h, k, d;
+  for (t = 0; t < w->T; ++t) {
+    for (h = 0; h < w->H; ++h) {
+      const float xv = from_bf16(w->xs[((size_t)w->rank * w->T + t) * w->H + h]);
+      float acc = 0;
+      for (d = 0; d < w->R; ++d)
+        if (ht_goes_to(w, w->rank, t, d)) acc += from_bf16(to_bf16(xv * (float)(1 + d)));
+      if (out[(size_t)t * w->H + h] != to_bf16(acc)) {
+        say("FAILED: HT combine token %d element %d = %g, expected %g", t, h, from_bf16(out[(size_t)t * w->H + h]),
+            from_bf16(to_bf16(acc)));
+        return 0;
+      }
+    }
+    for (k = 0; k < w->K; ++k) {
+      const int64_t e = w->idx[((size_t)w->rank * w->T + t) * w->K + k];
+      const float want = e >= 0 ? weight_of(t, k) : 0.0f;
+      if (ow[(size_t)t * w->K + k] != want) {
+        say("FAILED: HT combined weight token %d top-%d = %g, expected %g", t, k, ow[(size_t)t * w->K + k], want);
+        return 0;
+      }
+    }
+  }
+  return 1;
+}
+
+/* One HT round: handle (layout + counts), counts checked, dispatch checked, experts (rows scaled
+ * by 1 + this rank), combine checked. */
+static int ht_round(const world* w, anyep_group_t g, int device, cudaStream_t stream) {
+  const size_t TK = (size_t)w->T * w->K, TH = (size_t)w->T * w->H;
+  anyep_ht_options_t opt;
+  anyep_tensor_t x, idx, wt, rx, rs, ri, rw, ex, out, ow;
+  anyep_handle_t h = NULL, h2 = NULL;
+  void *d_x = NULL, *d_idx = NULL, *d_w = NULL, *d_out = NULL, *d_ow = NULL, *d_rx, *d_ri, *d_rw, *d_y;
+  float* h_w = malloc(TK * 4);
+  int32_t* per_expert = malloc((size_t)w->L * 4);
+  uint16_t *h_rx, *h_y, *h_out = malloc(TH * 2);
+  int64_t* h_ri;
+  float *h_rw, *h_ow = malloc(TK * 4);
+  int64_t M = -1, row, n;
+  int t, k, l, r, ok;
+  anyepStatus st;
+  for (t = 0; t < w->T; ++t)
+    for (k = 0; k < w->K; ++k) h_w[t * w->K + k] = weight_of(t, k);
+  CUDA_OK(cudaMalloc(&d_x, TH * 2));
+  CUDA_OK(cudaMalloc(&d_idx, TK * 8));
+  CUDA_OK(cudaMalloc(&d_w, TK * 4));
+  CUDA_OK(cudaMalloc(&d_out, TH * 2));
+  CUDA_OK(cudaMalloc(&d_ow, TK * 4));
+  CUDA_OK(cudaMemcpy(d_x, w->xs + (size_t)w->rank * TH, TH * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_idx, w->idx + (size_t)w->rank * TK, TK * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_w, h_w, TK * 4, cudaMemcpyHostToDevice));
+  x = tensor2(d_x, ANYEP_BFLOAT16, w->T, w->H, device);
+  idx = tensor2(d_idx, ANYEP_INT64, w->T, w->K, device);
+  wt = tensor2(d_w, ANYEP_FLOAT32, w->T, w->K, device);
+  out = tensor2(d_out, ANYEP_BFLOAT16, w->T, w->H, device);
+  ow = tensor2(d_ow, ANYEP_FLOAT32, w->T, w->K, device);
+
+  anyep_ht_options_init(&opt);
+  opt.num_sms = 8; /* 4 sender and 4 receiver blocks: light on a GPU the ranks share */
+  opt.expert_alignment = HT_ALIGN;
+  ANYEP_OK(anyep_ht_handle_create(g, &idx, &opt, stream, &h));
+  /* The handle's dispatch must be the group's next HT call: anything else is refused, locally. */
+  st = anyep_ht_handle_create(g, &idx, &opt, stream, &h2);
+  if (!expect_status("a second HT handle before the first one's dispatch", st, anyepInvalidArgument, "next HT call"))
+    return 1;
+
+  ANYEP_OK(anyep_ht_get_recv_counts(h, &M, per_expert, w->L));
+  for (l = 0; l < w->L; ++l) {
+    const int64_t e = (int64_t)w->rank * w->L + l;
+    int want = 0;
+    for (r = 0; r < w->R; ++r)
+      for (t = 0; t < w->T; ++t) want += token_goes_to(w, r, t, e);
+    want = (want + HT_ALIGN - 1) / HT_ALIGN * HT_ALIGN;
+    if (per_expert[l] != want) {
+      say("FAILED: HT rows for local expert %d = %d, expected %d (aligned to %d)", l, per_expert[l], want, HT_ALIGN);
+      return 1;
+    }
+  }
+  ANYEP_OK(anyep_ht_get_dispatch_outputs(h, &rx, &rs, &ri, &rw));
+  if (rx.ndim != 2 || rx.shape[0] != M || rx.shape[1] != w->H || rx.dtype != ANYEP_BFLOAT16 || rs.ndim != 0 ||
+      ri.shape[0] != M || ri.shape[1] != w->K || rw.dtype != ANYEP_FLOAT32) {
+    say("FAILED: HT dispatch outputs: recv_x [%lld, %lld] dtype %d, recv_scales ndim %d, recv_topk_idx [%lld, %lld]",
+        (long long)rx.shape[0], (long long)rx.shape[1], rx.dtype, rs.ndim, (long long)ri.shape[0],
+        (long long)ri.shape[1]);
+    return 1;
+  }
+  n = M > 0 ? M : 1; /* host copies of at least one row */
+  d_rx = dev_alloc(&rx, 2);
+  d_ri = dev_alloc(&ri, 8);
+  d_rw = dev_alloc(&rw, 4);
+  d_y = dev_alloc(&rx, 2);
+  rx.data = d_rx, ri.data = d_ri, rw.data = d_rw;
+  h_rx = malloc((size_t)n * w->H * 2);
+  h_y = malloc((size_t)n * w->H * 2);
+  h_ri = malloc((size_t)n * w->K * 8);
+  h_rw = malloc((size_t)n * w->K * 4);
+  ANYEP_OK(anyep_ht_dispatch(h, &x, NULL, &wt, &rx, NULL, &ri, &rw, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  if (M > 0) { /* no rows, no buffers (cudaMalloc of 0 bytes gives none) */
+    CUDA_OK(cudaMemcpy(h_rx, d_rx, (size_t)M * w->H * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h_ri, d_ri, (size_t)M * w->K * 8, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h_rw, d_rw, (size_t)M * w->K * 4, cudaMemcpyDeviceToHost));
+  }
+  ok = check_ht_dispatch(w, M, h_rx, h_ri, h_rw);
+  if (ok) {
+    /* This rank's "experts": every received row times 1 + rank. */
+    for (row = 0; row < M * w->H; ++row) h_y[row] = to_bf16(from_bf16(h_rx[row]) * (float)(1 + w->rank));
+    if (M > 0) CUDA_OK(cudaMemcpy(d_y, h_y, (size_t)M * w->H * 2, cudaMemcpyHostToDevice));
+    ex = rx;
+    ex.data = d_y;
+    ANYEP_OK(anyep_ht_combine(h, &ex, &rw, &out, &ow, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaMemcpy(h_out, d_out, TH * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h_ow, d_ow, TK * 4, cudaMemcpyDeviceToHost));
+    ok = check_ht_combine(w, h_out, h_ow);
+  }
+  if (ok)
+    say("HT dispatch: %lld rows received in source order, values, local expert ids and weights exact, per-expert "
+        "counts aligned to %d; combine: %lld values and %lld weights exact",
+        (long long)M, HT_ALIGN, (long long)TH, (long long)TK);
+  ANYEP_OK(anyep_handle_destroy(h));
+  cudaFree(d_x), cudaFree(d_idx), cudaFree(d_w), cudaFree(d_out), cudaFree(d_ow);
+  cudaFree(d_rx), cudaFree(d_ri), cudaFree(d_rw), cudaFree(d_y);
+  free(h_w), free(per_expert), free(h_rx), free(h_y), free(h_out), free(h_ri), free(h_rw), free(h_ow);
+  return ok ? 0 : 1;
+}
+
+static int make_group(const options* o, int rank, uint16_t port, int listen_fd, anyep_mode_t mode, anyep_dtype_t dtype,
+                      int device, anyep_group_t* g) {
   anyep_config_t cfg;
   anyep_config_init(&cfg);
+  cfg.mode = mode;
   cfg.rank = rank;
   cfg.num_ranks = o->ranks;
   cfg.device = device;
@@ -666,15 +872,15 @@ static int pick_device(int rank, int* device) {
 }
 
 /* What a rank of the GPU part starts with: its device (EXIT_SKIP when there is none), a stream,
- * every rank's inputs, and a group of the given dispatch dtype. */
-static int start_rank(const options* o, int rank, uint16_t port, int listen_fd, anyep_dtype_t dtype, world* w,
-                      anyep_group_t* g, int* device, cudaStream_t* stream) {
+ * every rank's inputs, and a group of the given mode and dispatch dtype. */
+static int start_rank(const options* o, int rank, uint16_t port, int listen_fd, anyep_mode_t mode, anyep_dtype_t dtype,
+                      world* w, anyep_group_t* g, int* device, cudaStream_t* stream) {
   int rc;
   if ((rc = pick_device(rank, device)) != 0) return rc;
   CUDA_OK(cudaSetDevice(*device));
   CUDA_OK(cudaStreamCreate(stream));
   make_world(o, rank, w);
-  return make_group(o, rank, port, listen_fd, dtype, *device, g);
+  return make_group(o, rank, port, listen_fd, mode, dtype, *device, g);
 }
 
 static int gpu_rank_bf16(const options* o, int rank, uint16_t port, int listen_fd) {
@@ -683,7 +889,8 @@ static int gpu_rank_bf16(const options* o, int rank, uint16_t port, int listen_f
   anyepStatus async = anyepSuccess;
   cudaStream_t stream;
   int device = 0, rc;
-  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_BFLOAT16, &w, &g, &device, &stream)) != 0) return rc;
+  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_LL, ANYEP_BFLOAT16, &w, &g, &device, &stream)) != 0)
+    return rc;
   say("BF16 group of %d ranks on GPU %d: %d experts, %d tokens per rank, hidden %d, top-%d", o->ranks, device, w.E, w.T,
       w.H, w.K);
   rc = ll_round(&w, g, device, 0, stream);
@@ -702,8 +909,27 @@ static int gpu_rank_fp8(const options* o, int rank, uint16_t port, int listen_fd
   anyep_group_t g = NULL;
   cudaStream_t stream;
   int device = 0, rc;
-  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_FLOAT8_E4M3, &w, &g, &device, &stream)) != 0) return rc;
+  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_LL, ANYEP_FLOAT8_E4M3, &w, &g, &device, &stream)) != 0)
+    return rc;
   rc = fp8_round(&w, g, device, stream);
+  ANYEP_OK(anyep_group_destroy(g));
+  return rc;
+}
+
+static int gpu_rank_ht(const options* o, int rank, uint16_t port, int listen_fd) {
+  world w;
+  anyep_group_t g = NULL;
+  anyepStatus async = anyepSuccess;
+  cudaStream_t stream;
+  int device = 0, rc;
+  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_HT, ANYEP_BFLOAT16, &w, &g, &device, &stream)) != 0)
+    return rc;
+  rc = ht_round(&w, g, device, stream);
+  ANYEP_OK(anyep_group_get_async_error(g, &async));
+  if (async != anyepSuccess) {
+    say("FAILED: asynchronous error: %s", anyep_get_last_error());
+    rc = 1;
+  }
   ANYEP_OK(anyep_group_destroy(g));
   return rc;
 }
@@ -711,6 +937,7 @@ static int gpu_rank_fp8(const options* o, int rank, uint16_t port, int listen_fd
 static int gpu_part(const options* o) {
   int rc = run_ranks(o, "BF16 dispatch/combine", gpu_rank_bf16);
   if (rc == 0) rc = run_ranks(o, "FP8 dispatch", gpu_rank_fp8);
+  if (rc == 0) rc = run_ranks(o, "HT dispatch/combine", gpu_rank_ht);
   return rc;
 }
 
@@ -729,8 +956,8 @@ static int gpu_part(const options* o) {
 static const char* kUsage =
     "usage: ll_example [--part cpu|gpu|all] [--ranks N] [--tokens T] [--hidden H] [--local-experts L]\n"
     "                  [--topk K] [--timeout-s S]\n"
-    "  --part          cpu: refusals and GPU-free groups; gpu: LL dispatch/combine checked; all: both [all]\n"
-    "  --ranks         processes, 1..64 (they share this machine's GPUs) [2]\n"
+    "  --part          cpu: refusals and GPU-free groups; gpu: LL and HT dispatch/combine checked; all: both [all]\n"
+    "  --ranks         processes, 1..16 (they share this machine's GPUs; HT reaches 16) [2]\n"
     "  --tokens        tokens per rank, 1..64 [32]\n"
     "  --hidden        a multiple of 128, 128..4096 [512]\n"
     "  --local-experts experts per rank, 1..32 [4]\n"
@@ -760,7 +987,7 @@ int main(int argc, char** argv) {
       if (!ok) fprintf(stderr, "ll_example: --part='%s' is not cpu, gpu or all\n", v);
       o.part = v;
     } else if (strcmp(a, "--ranks") == 0) {
-      ok = parse_int(a, v, 1, 64, &o.ranks);
+      ok = parse_int(a, v, 1, 16, &o.ranks);
     } else if (strcmp(a, "--tokens") == 0) {
       ok = parse_int(a, v, 1, 64, &o.tokens);
     } else if (strcmp(a, "--hidden") == 0) {
@@ -809,7 +1036,7 @@ int main(int argc, char** argv) {
     say("CPU part passed");
   }
   if (strcmp(o.part, "cpu") != 0) {
-    say("GPU part: LL dispatch/combine across %d processes", o.ranks);
+    say("GPU part: LL, then HT dispatch/combine across %d processes", o.ranks);
     rc = gpu_part(&o);
     if (rc == EXIT_SKIP)
       say("GPU part skipped: no GPU");

@@ -29,8 +29,21 @@ def project_version():
     return m.group(1)
 
 
+def require_torch():
+    """The extension is compiled against the torch this interpreter imports (not a declared
+    dependency: see pyproject.toml)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError(
+            f"anyep: building anyep._C needs torch importable by {sys.executable} ({e}); install torch first, then "
+            "pip install --no-build-isolation ./python (a venv made from another venv's python sees the BASE "
+            "interpreter's site-packages: add a .pth file naming the directory that holds torch)") from e
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
+        require_torch()
         build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
         os.makedirs(build_dir, exist_ok=True)
         args = ["cmake", "-S", ROOT, "-B", build_dir, "-DANYEP_PYTHON=ON", "-DANYEP_TESTS=OFF", "-DANYEP_BENCH=OFF",

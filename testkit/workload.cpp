@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "kernels/ht_internode_protocol.h"
 
 namespace anyep::testkit {
 
@@ -200,8 +201,10 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
         res.ll_round_trip_ns.push_back(port::now_ns() - t0);
       }
     } else {
-      const uint32_t slot = k % S, tag = 2 * Q + q;
-      if (k >= S) wait_counter(g.ctr_head(q), k - S + 1, "HT head", q);  // slot k-S was consumed
+      const ht::internode::ChunkRing ring{S};
+      const uint32_t slot = ring.slot(k), tag = 2 * Q + q;
+      if (!ring.may_write(k, 0))  // slot k-S must be consumed: wait for the receiver's credits
+        wait_counter(g.ctr_head(q), ring.freed_needed(k), "HT head", q);
       const uint32_t bytes = g.chunk_bytes(s, q, k);
       const uint64_t so = g.ht(g.send(q), slot), dof = g.ht(g.recv(s, q), slot);
       fill(buf_ + so, bytes, g.chunk_key(s, q, k));
@@ -214,7 +217,7 @@ void StreamWorkload::producer(uint32_t q, WorkloadResult& res) {
         res.commands += 1;
       }
       res.payload_bytes += bytes;
-      push(h, channel::make_signal(d, g.ctr_tail(s, q), 1, channel::cmd::kFenceOrdered, tag), "HT tail signal");
+      push(h, ht::internode::tail_signal(d, g.ctr_tail(s, q), tag, !cfg_.ht_unfenced_tail), "HT tail signal");
       ++res.commands;
       ++k;
     }
@@ -261,7 +264,7 @@ void StreamWorkload::observer(WorkloadResult& res) {
         progress = true;
       }
       const uint64_t tail = port::load_acquire_system(&counters_[g.ctr_tail(s, q)]);
-      if (tail > chunks || tail > st.next_ht + S)
+      if (!ht::internode::ChunkRing{S}.tail_possible(tail, st.next_ht, chunks))
         violation("HT tail of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") is " +
                   std::to_string(tail) + " with " + std::to_string(st.next_ht) +
                   " chunks consumed: a signal was duplicated");
@@ -272,7 +275,7 @@ void StreamWorkload::observer(WorkloadResult& res) {
             violation("HT tail of (src " + std::to_string(s) + ", producer " + std::to_string(q) + ") reached " +
                       std::to_string(tail) + ", but chunk " + std::to_string(k) + " byte " + std::to_string(b) +
                       " is not in place");
-        push(ctl, channel::make_signal(s, g.ctr_head(q), static_cast<int32_t>(tail - st.next_ht)), "HT head");
+        push(ctl, ht::internode::credit_signal(s, g.ctr_head(q), static_cast<uint32_t>(tail - st.next_ht)), "HT head");
         ++res.commands;
         st.next_ht = static_cast<uint32_t>(tail);
         progress = true;

@@ -15,6 +15,8 @@
 //  HT stream of producer (s, q) to d: chunk k (1 or 2 writes) goes to slot k % ht_slots of d's HT
 //    ring (s, q), tag 2Q + q, then an ordered signal adds 1 to ht_tail(s, q). The observer verifies
 //    chunks up to the tail and returns the head with a signal to ht_head(q) on s (ring credits).
+//    The ring, the tail signal and the credits are those of kernels/ht_internode_protocol.h, the
+//    rules the internode HT kernels follow.
 //  Every quiet_every commands a producer pushes QUIET and waits for it; with a peek function
 //  (ranks in one process) it then checks the bytes it wrote are already at the destination.
 //
@@ -71,6 +73,10 @@ struct WorkloadConfig {
   // Negative control only (tests/mp/proxy/test_tsan_model.cpp): LL producers reuse a parity buffer
   // without waiting for its ack, a real bug that TSan must report.
   bool refill_before_ack = false;
+  // Negative control only (tests/unit/proxy/test_proxy_random.cpp, tests/mp/proxy): HT tail
+  // signals without the partial-order fence, so on an unordered transport a receiver can see a
+  // tail before the chunk's bytes: the workload must report it.
+  bool ht_unfenced_tail = false;
 };
 
 struct WorkloadResult {

@@ -1,7 +1,9 @@
 // anyep/bench/cuda_ipc/bench_cuda_ipc.cpp — GPU0 -> GPU1 (two processes) through the cuda-ipc
 // backend vs a raw copy loop measured in the same run, 64 B .. 16 MiB.
 //
-//   bench_cuda_ipc [reps]      (launcher: spawns rank 0 on GPU 0 and rank 1 on GPU 1)
+//   bench_cuda_ipc [reps] [batch|loop]   (launcher: rank 0 on GPU 0, rank 1 on GPU 1)
+//   batch (default): the backend issues the copies queued between two polls with one
+//   cudaMemcpyBatchAsync; loop: one cudaMemcpyAsync per copy (CudaIpcConfig::batch_copies).
 //
 // raw:      rank 0 issues N cudaMemcpyAsync into rank 1's IPC-mapped buffer on one stream, then
 //           synchronizes: the copy engine alone, no completion tracking, no immediates.
@@ -9,6 +11,8 @@
 //           copy finished and its immediate was handed to rank 1's inbox, which rank 1 drains.
 // w32/poll: up to 32 post_write calls, then one poll (how a proxy drains its ring).
 // batch32:  up to 32 writes per post_writes call, then one poll.
+// rawB32:   the raw loop through cudaMemcpyBatchAsync, 32 copies per call (what the runtime's
+//           batch call costs by itself; "n/a" where the runtime or driver lacks it).
 // Figures are the median of `reps` timed repetitions after one warm-up; ratio = backend / raw.
 #include <unistd.h>
 
@@ -32,7 +36,7 @@ namespace {
 
 constexpr uint64_t kSrcBytes = 16ull << 20;
 constexpr uint64_t kDstBytes = 256ull << 20;
-constexpr int kVariants = 4;  // raw, write, w32/poll, batch32
+constexpr int kVariants = 5;  // raw, write, w32/poll, batch32, rawB32
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 void check(cudaError_t e, const char* what) {
@@ -84,7 +88,44 @@ void drain(Transport& t, uint64_t n, double deadline) {
   }
 }
 
-int child(const char* board_name, uint32_t rank, int device, int reps) {
+// The raw loop through the runtime's batch call, 32 copies per call; false if it is refused.
+bool raw_batch(uint8_t* dst, const uint8_t* src, uint64_t size, uint64_t n, cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  void* dsts[32];
+  void* srcs[32];
+  size_t sizes[32];
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  for (uint64_t i = 0; i < n;) {
+    size_t k = 0;
+    for (; k < 32 && i < n; ++k, ++i) {
+      dsts[k] = dst + dst_offset(i, size);
+      srcs[k] = const_cast<uint8_t*>(src);
+      sizes[k] = size;
+    }
+    size_t first = 0;
+#if CUDART_VERSION >= 13000
+    cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, k, &attr, &first, 1, stream);
+#else
+    size_t fail_idx = 0;
+    cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, k, &attr, &first, 1, &fail_idx, stream);
+#endif
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      cudaStreamSynchronize(stream);
+      return false;
+    }
+  }
+  check(cudaStreamSynchronize(stream), "raw batch sync");
+  return true;
+#else
+  (void)dst, (void)src, (void)size, (void)n, (void)stream;
+  return false;
+#endif
+}
+
+int child(const char* board_name, uint32_t rank, int device, int reps, bool batch_copies) {
   testkit::Board board = testkit::Board::attach(board_name);
   check(cudaSetDevice(device), "cudaSetDevice");
   uint8_t *buf = nullptr, *raw_target = nullptr;
@@ -101,6 +142,7 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
   check(cudaDeviceSynchronize(), "sync");
   TransportSpec spec = TransportSpec::from_env("cuda-ipc", rank, 2);  // ANYEP_CHAOS_SEED: under chaos
   spec.cuda_ipc.device = device;
+  spec.cuda_ipc.batch_copies = batch_copies;
   auto t = make_transport(spec);
   t->register_memory(buf, bytes, MemKind::kCuda);  // MrId 0 on both ranks: source on 0, target on 1
   t->connect(board.allgather(rank, 0, t->local_address()));
@@ -130,15 +172,17 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
                 p0.name, peer_dev, p1.name, host);
     std::printf(
         "# median of %d reps after 1 warm-up; N = clamp(2 GiB / size, 100, 20000) writes per rep; "
-        "options: %u streams, max_outstanding %u\n",
-        reps, spec.cuda_ipc.num_streams, spec.cuda_ipc.max_outstanding);
+        "options: %u streams, max_outstanding %u, copies %s\n",
+        reps, spec.cuda_ipc.num_streams, spec.cuda_ipc.max_outstanding,
+        batch_copies ? "batched (one cudaMemcpyBatchAsync per poll)" : "one cudaMemcpyAsync each");
     std::printf("# ratio = backend rate / raw rate (same sizes, same run); Mw/s = million writes per second\n");
-    std::printf("%10s %7s | %9s %8s | %8s %6s | %8s %6s | %8s %6s\n", "size_B", "N", "raw_GB/s", "raw_Mw/s", "wr_Mw/s",
-                "ratio", "w32_Mw/s", "ratio", "b32_Mw/s", "ratio");
+    std::printf("%10s %7s | %9s %8s | %8s %6s | %8s %6s | %8s %6s | %9s %6s\n", "size_B", "N", "raw_GB/s", "raw_Mw/s",
+                "wr_Mw/s", "ratio", "w32_Mw/s", "ratio", "b32_Mw/s", "ratio", "rawB_Mw/s", "ratio");
   }
   for (uint64_t size = 64; size <= (16ull << 20); size *= 4) {
     uint64_t n = iters_for(size);
-    double secs[kVariants] = {0, 0, 0, 0};
+    double secs[kVariants] = {0, 0, 0, 0, 0};
+    bool have_raw_batch = true;
     for (int v = 0; v < kVariants; ++v) {
       std::vector<double> times;
       for (int rep = 0; rep <= reps; ++rep) {
@@ -151,10 +195,12 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
               check(cudaMemcpyAsync(raw_dst + dst_offset(i, size), buf, size, cudaMemcpyDeviceToDevice, raw_stream),
                     "raw copy");
             check(cudaStreamSynchronize(raw_stream), "raw sync");
+          } else if (v == 4) {
+            have_raw_batch = have_raw_batch && raw_batch(raw_dst, buf, size, n, raw_stream);
           } else {
             run_backend(*t, size, n, v == 1 ? 1 : 32, v == 3, deadline);
           }
-        } else if (v != 0) {
+        } else if (v != 0 && v != 4) {
           drain(*t, n, deadline);
         }
         if (rep > 0) times.push_back(now_s() - t0);
@@ -165,9 +211,13 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
     if (rank == 0) {
       auto gbs = [&](int v) { return double(size) * n / secs[v] / 1e9; };
       auto mws = [&](int v) { return double(n) / secs[v] / 1e6; };
-      std::printf("%10llu %7llu | %9.2f %8.3f | %8.3f %6.3f | %8.3f %6.3f | %8.3f %6.3f\n", (unsigned long long)size,
+      std::printf("%10llu %7llu | %9.2f %8.3f | %8.3f %6.3f | %8.3f %6.3f | %8.3f %6.3f", (unsigned long long)size,
                   (unsigned long long)n, gbs(0), mws(0), mws(1), secs[0] / secs[1], mws(2), secs[0] / secs[2], mws(3),
                   secs[0] / secs[3]);
+      if (have_raw_batch)
+        std::printf(" | %9.3f %6.3f\n", mws(4), secs[0] / secs[4]);
+      else
+        std::printf(" | %9s %6s\n", "n/a", "n/a");
       std::fflush(stdout);
     }
   }
@@ -184,10 +234,10 @@ int child(const char* board_name, uint32_t rank, int device, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 6 && std::string(argv[1]) == "--child") {
+  if (argc == 7 && std::string(argv[1]) == "--child") {
     uint32_t rank = static_cast<uint32_t>(std::atoi(argv[3]));
     try {
-      return child(argv[2], rank, std::atoi(argv[4]), std::atoi(argv[5]));
+      return child(argv[2], rank, std::atoi(argv[4]), std::atoi(argv[5]), std::string(argv[6]) == "batch");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench_cuda_ipc rank %u: %s\n", rank, e.what());
       try {
@@ -199,6 +249,11 @@ int main(int argc, char** argv) {
   }
   int reps = argc >= 2 ? std::atoi(argv[1]) : 5;
   if (reps < 1) reps = 1;
+  const std::string mode = argc >= 3 ? argv[2] : "batch";
+  if (mode != "batch" && mode != "loop") {
+    std::fprintf(stderr, "bench_cuda_ipc: copy mode '%s' is neither 'batch' nor 'loop'\n", mode.c_str());
+    return 2;
+  }
   int ngpu = 0;
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) {
     std::printf("bench_cuda_ipc: skipped: no CUDA GPU\n");
@@ -212,7 +267,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::string>> argvs;
   for (int r = 0; r < 2; ++r)
     argvs.push_back(
-        {self, "--child", name, std::to_string(r), std::to_string(ngpu >= 2 ? r : 0), std::to_string(reps)});
+        {self, "--child", name, std::to_string(r), std::to_string(ngpu >= 2 ? r : 0), std::to_string(reps), mode});
   std::string failures = testkit::spawn_and_wait(argvs, board, 500);
   if (!failures.empty()) {
     std::fprintf(stderr, "bench_cuda_ipc failed:\n%s", failures.c_str());

@@ -13,13 +13,20 @@
  *   anyep_combine(h, &expert_out, &topk_weights, &out, 0, stream);
  *   anyep_handle_destroy(h);  anyep_group_destroy(g);        destroy is collective
  *
+ * High-throughput (cfg.mode = ANYEP_MODE_HT or ANYEP_MODE_BOTH; ranks reached by direct stores):
+ *   anyep_ht_handle_create(g, &topk_idx, NULL, stream, &h);   layout + counts exchange
+ *   anyep_ht_get_dispatch_outputs(h, &recv_x, NULL, &recv_topk_idx, &recv_topk_weights);
+ *   anyep_ht_dispatch(h, &x, NULL, &topk_weights, &recv_x, NULL, &recv_topk_idx, &recv_topk_weights, stream);
+ *   anyep_ht_combine(h, &expert_out, NULL, &out, NULL, stream);
+ *
  * Every function returns an anyepStatus; on failure anyep_get_last_error() gives a message that
  * names the argument or what was missing. No C++ exception leaves this API. Calls on one group
  * from several threads at once are not supported (as for a CUDA stream's user); different groups
  * are independent.
  *
- * Modes: low-latency (LL) works. High-throughput (HT) is not implemented yet: a group of mode HT,
- * or an HT handle, is refused with anyepUnsupported.
+ * Modes: low-latency (LL, anyep_handle_create / anyep_dispatch / anyep_combine) and high-throughput
+ * (HT, DeepEP's "normal" mode, intranode: the anyep_ht_* calls). A group serves the modes its
+ * cfg.mode names; a call of another mode is refused with anyepInvalidArgument naming cfg->mode.
  *
  * A GPU-free group (cfg.device = ANYEP_DEVICE_NONE) bootstraps and checks every call's arguments
  * like a real one but has no buffer: its data-path calls return anyepUnsupported. For tests and
@@ -84,8 +91,8 @@ typedef struct anyep_tensor {
 
 typedef enum anyep_mode {
   ANYEP_MODE_LL = 1,  /* low-latency: decode-sized batches, fixed-size receive buffers */
-  ANYEP_MODE_HT = 2,  /* high-throughput: not implemented yet (anyepUnsupported) */
-  ANYEP_MODE_BOTH = 3 /* one group serving both: its LL part works, HT handles are refused */
+  ANYEP_MODE_HT = 2,  /* high-throughput (intranode: every rank reached by direct stores, <= 16 ranks) */
+  ANYEP_MODE_BOTH = 3 /* one group serving both, each mode in its own buffer */
 } anyep_mode_t;
 
 #define ANYEP_DEVICE_CURRENT (-1) /* the calling thread's current CUDA device */
@@ -140,7 +147,7 @@ typedef struct anyep_config {
   anyep_dtype_t combine_dtype;  /* what combine takes and returns: ANYEP_BFLOAT16 */
   uint32_t flags;               /* ANYEP_CONFIG_* */
   int64_t ll_buffer_bytes;      /* LL buffer per rank; 0: the size the shape needs */
-  int64_t ht_buffer_bytes;      /* HT buffer per rank; 0: auto (HT: not implemented yet) */
+  int64_t ht_buffer_bytes;      /* HT buffer per rank; 0: what the default anyep_ht_options_t needs */
   double timeout_s;             /* group creation's waits (bootstrap, connection); 0: ANYEP_TIMEOUT_S.
                                    Waits of the data path use ANYEP_TIMEOUT_S. */
   const char* ll_path;          /* NULL or "": ANYEP_LL_PATH; else "auto", "proxy-cuda-ipc", "proxy-libfabric" */
@@ -171,7 +178,8 @@ typedef void* anyep_stream_t;                /* a cudaStream_t; NULL: the defaul
 
 /* Collective over cfg's bootstrap: every rank calls it with the same shape, modes and dtypes (a
  * rank whose configuration differs is named in the error), the LL buffers are allocated and
- * connected (direct stores where peers are reachable, the CPU proxy for the others). */
+ * connected (direct stores where peers are reachable, the CPU proxy for the others), and the HT
+ * buffers (every peer by direct stores, else anyepUnsupported naming the rank). */
 anyepStatus anyep_group_create(const anyep_config_t* cfg, anyep_group_t* group);
 
 /* Collective: waits (at most the creation timeout) for every rank to arrive, so no peer still
@@ -197,7 +205,8 @@ anyepStatus anyep_get_device_count(int32_t* count);
 
 /* ---- per forward pass ------------------------------------------------------------------------ */
 
-/* A handle for one forward pass of one layer: the routing topk_idx (int64 [N, K] on the group's
+/* An LL handle (mode ANYEP_MODE_LL; HT handles come from anyep_ht_handle_create) for one forward
+ * pass of one layer: the routing topk_idx (int64 [N, K] on the group's
  * device, N <= max_tokens_per_rank, K <= 16, -1 = no expert) is recorded (the memory must stay
  * valid and unchanged until the handle's combine has run). The handle owns the routing
  * bookkeeping dispatch writes and combine reads (from the group's allocator). */
@@ -225,6 +234,67 @@ anyepStatus anyep_combine(anyep_handle_t handle, const anyep_tensor_t* expert_x,
 /* Launches the receive phase of the handle's last ANYEP_SEND_ONLY dispatch or combine on `stream`
  * (overlap compute between the two). anyepInvalidArgument when nothing is staged. */
 anyepStatus anyep_complete(anyep_handle_t handle, anyep_stream_t stream);
+
+/* ---- high-throughput (HT) ---------------------------------------------------------------------- */
+
+/* Tuning of one HT handle (DeepEP's Config). Versioned like anyep_config_t: struct_size first
+ * (anyep_ht_options_init sets it). Every 0 is a default. */
+typedef struct anyep_ht_options {
+  size_t struct_size;
+  int32_t num_sms;             /* SMs of the HT kernels: even, <= the device's; 0: 20 */
+  int32_t dispatch_chunk_send; /* tokens a sender publishes at once; 0: DeepEP's table for num_ranks */
+  int32_t dispatch_chunk_recv; /* receive ring, tokens; 0: the table */
+  int32_t combine_chunk_send;  /* 0: the table */
+  int32_t combine_chunk_recv;  /* 0: the table */
+  int32_t expert_alignment;    /* per-expert received counts rounded up to a multiple; 0 or 1: none */
+} anyep_ht_options_t;
+
+static inline void anyep_ht_options_init(anyep_ht_options_t* o) {
+  memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+}
+
+/* Collective (every rank, in the same order as its other HT calls): an HT handle for one forward
+ * pass of one layer. topk_idx (int64 [N, K] on the group's device, N <= max_tokens_per_rank,
+ * K <= 16, -1 = no expert) is laid out and the counts are exchanged on `stream`; the host then
+ * waits (at most ANYEP_TIMEOUT_S) for the number of rows this rank receives, so that the caller can
+ * size the outputs. options NULL: the defaults. The handle's options hold for its dispatch and
+ * combine. Its dispatch must be the group's next HT call on every rank: any other HT call of the
+ * group before it is refused with anyepInvalidArgument. In a GPU-free group every argument is
+ * checked, and the handle knows no counts (anyep_ht_get_* return anyepUnsupported "no GPU"). */
+anyepStatus anyep_ht_handle_create(anyep_group_t group, const anyep_tensor_t* topk_idx,
+                                   const anyep_ht_options_t* options, anyep_stream_t stream, anyep_handle_t* handle);
+
+/* M, the rows this rank receives, and per local expert (num_experts / num_ranks entries; may be
+ * NULL) the rows routed to it, rounded up to expert_alignment. per_expert_len: room in per_expert. */
+anyepStatus anyep_ht_get_recv_counts(anyep_handle_t handle, int64_t* num_recv, int32_t* per_expert,
+                                     int64_t per_expert_len);
+
+/* The outputs anyep_ht_dispatch fills (data NULL, on the group's device; any pointer may be NULL):
+ * recv_x [M, H] of the dispatch dtype, recv_scales (FP8: as x_scales' dtype, [M, S]; else ndim 0),
+ * recv_topk_idx int64 [M, K] (the receiver's local expert ids, -1 for another rank's expert),
+ * recv_topk_weights float32 [M, K] (0 where recv_topk_idx is -1). Rows are ordered by source rank,
+ * then source token. */
+anyepStatus anyep_ht_get_dispatch_outputs(anyep_handle_t handle, anyep_tensor_t* recv_x, anyep_tensor_t* recv_scales,
+                                          anyep_tensor_t* recv_topk_idx, anyep_tensor_t* recv_topk_weights);
+
+/* Sends each token of x ([N, H]: bfloat16, or float8 e4m3 with x_scales float32 [N, H/128] or
+ * int32 [N, H/512] packed UE8M0, any strides, when the group's dispatch_dtype is FP8; NULL
+ * otherwise) with its topk_weights (float32 [N, K]) once to every rank that owns one of its
+ * experts. Outputs as anyep_ht_get_dispatch_outputs describes them. Once per handle. Stream-ordered,
+ * on the handle's creation stream or one that waits for it (the tables the counts exchange wrote). */
+anyepStatus anyep_ht_dispatch(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* x_scales,
+                              const anyep_tensor_t* topk_weights, const anyep_tensor_t* recv_x,
+                              const anyep_tensor_t* recv_scales, const anyep_tensor_t* recv_topk_idx,
+                              const anyep_tensor_t* recv_topk_weights, anyep_stream_t stream);
+
+/* Returns x (bfloat16 [M, H], rows as the handle's dispatch delivered them) to the tokens' ranks:
+ * out[t] (bfloat16 [N, H]) = the UNWEIGHTED sum of token t's rows over the ranks it went to (in
+ * float, rounded once; weight the rows before, as DeepEP). topk_weights (float32 [M, K]) may be
+ * NULL; given, out_topk_weights (float32 [N, K]) receives its rows summed the same way. After the
+ * handle's dispatch. Stream-ordered. */
+anyepStatus anyep_ht_combine(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* topk_weights,
+                             const anyep_tensor_t* out, const anyep_tensor_t* out_topk_weights, anyep_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Device run for the C API, the CLI and the pip package (issue 14), in ONE call:
 #   c:   build libanyep, the C example, the C API tests and the CLI (libfabric from .deps); run the
-#        error-path tests, the example's CPU part and its LL data path across 2 processes sharing
-#        GPU 0 (direct stores, then the proxy over libfabric shm), every value checked; `anyep info`;
+#        error-path tests (LL and HT), the example's CPU part and its data path across 2 processes
+#        sharing GPU 0 (LL by direct stores, then LL over the proxy on libfabric shm, each run also
+#        with its HT round by direct stores), every value checked; `anyep info`;
 #        the example built against the INSTALLED package (find_package and pkg-config) and run.
-#   pip: a venv with the system's torch (python -m venv --system-site-packages), whether
-#        scikit-build-core is there (setuptools drives CMake either way), then
+#   pip: a venv that sees the machine's torch: python3 -m venv --system-site-packages, and, where
+#        python3 is itself a venv (this machine's /opt/torch/.venv: the new venv would see the BASE
+#        interpreter's site-packages, without torch), a .pth file naming the site-packages that holds
+#        torch (found by importing torch with python3); the build tools checked with the new venv's
+#        python (setuptools, wheel; scikit-build-core noted: setuptools drives CMake either way), then
 #        pip install --no-index --no-build-isolation ./python  (libfabric required when .deps has it);
 #        from another folder: import deep_ep / anyep (the installed copy, its version, libfabric
 #        built in), the README's LL example across 2 processes (torch.distributed.run, gloo), and
-#        tests/python/ll_smoke.py importing the installed package (no PYTHONPATH).
+#        tests/python/ll_smoke.py importing the installed package (no PYTHONPATH). The commands, as a
+#        user types them, are written to $OUT/pip_commands.sh and printed.
 # CAPI_PARTS picks the parts ("c pip", the default; "c" or "pip" to split across two calls: build
 # outputs stay on a warm machine). Every step runs under `timeout`; logs in $OUT; a table last.
 # Exits 1 when a step failed, timed out or was skipped for lack of budget.
@@ -17,7 +22,7 @@
 # Device call (kind nvidia-h100-x1 or nvidia-h200; carry [".deps"]), from the repository root:
 #   bash scripts/device/capi.sh          (timeout_s ~ CAPI_BUDGET_S + 30; default budget 560 s)
 # Proof: the summary table shows rc=0 for every step; example_gpu.log has "fused BF16 dispatch",
-# "staged (send-only + complete) BF16 dispatch", "FP8 dispatch" for both ranks; pip_import.log
+# "staged (send-only + complete) BF16 dispatch", "FP8 dispatch" and "HT dispatch" for both ranks; pip_import.log
 # shows site-packages paths, the version and libfabric=True; readme_ll.log "rank 0/1: dispatch/combine OK".
 set -u
 cd "$(dirname "$0")/../.."
@@ -79,12 +84,13 @@ if [[ " $PARTS " == *" c "* ]]; then
        ${DEPS:+-DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON} -DANYEP_LIBFABRIC=ON
        -DANYEP_TESTS=ON -DANYEP_BENCH=ON -DANYEP_PYTHON=OFF)
   if step configure 60 cmake "${CFG[@]}" && \
-     step build 200 cmake --build "$BUILD" --target anyep ll_example test_capi_errors test_capi_group_mp anyep_cli \
-       anyep_main -j "$(nproc)"; then
+     step build 200 cmake --build "$BUILD" --target anyep ll_example test_capi_errors test_capi_ht_errors \
+       test_capi_group_mp anyep_cli anyep_main -j "$(nproc)"; then
     step capi_errors 40 "$BUILD/tests/unit/capi/test_capi_errors"
+    step capi_ht_errors 40 "$BUILD/tests/unit/capi/test_capi_ht_errors"
     step capi_group_mp 60 "$BUILD/tests/mp/capi/test_capi_group_mp"
     step example_cpu 60 "$BUILD/examples/ll_example" --part cpu --ranks 3 --timeout-s 50
-    # The LL data path: 2 processes sharing GPU 0 (rank r on GPU r % GPUs), direct stores (CUDA IPC).
+    # The LL data path, then HT: 2 processes sharing GPU 0 (rank r on GPU r % GPUs), direct stores (CUDA IPC).
     step example_gpu 120 env CUDA_VISIBLE_DEVICES=0 "$BUILD/examples/ll_example" --part gpu --ranks 2 --timeout-s 110
     # The same through the CPU proxy over libfabric shm (each process its own node, host-staged buffer).
     step example_proxy 150 env CUDA_VISIBLE_DEVICES=0 ANYEP_LL_PATH=proxy-libfabric ANYEP_FI_PROVIDER=shm \
@@ -101,14 +107,49 @@ fi
 # ---- pip: the package as a user installs it --------------------------------------------------------
 if [[ " $PARTS " == *" pip "* ]]; then
   VENV=/tmp/anyep-capi-venv
-  rm -rf "$VENV"
+  rm -rf "$VENV" "$OUT/pip_commands.sh"
+  record() { printf '%s\n' "$*" >> "$OUT/pip_commands.sh"; }  # the commands as a user types them
+  record "python3 -m venv --system-site-packages $VENV"
   if step venv 60 "$PY" -m venv --system-site-packages "$VENV"; then
     VPY=$VENV/bin/python
-    "$VPY" -c "import scikit_build_core" > /dev/null 2>&1 && SKB="present" || SKB="absent"
-    echo "scikit-build-core: $SKB (the package builds with setuptools driving CMake either way)" >> "$OUT/machine.txt"
+    # --system-site-packages gives the BASE interpreter's site-packages. Where python3 is itself a
+    # venv holding torch, the new venv needs that venv's site-packages too: a .pth file naming it
+    # (appended after the new venv's own, so what pip installs there comes first).
+    if ! "$VPY" -c "import torch" > /dev/null 2>&1; then
+      TORCH_SITE=$("$PY" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null)
+      VSITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+      record "TORCH_SITE=\$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
+      record "echo \"\$TORCH_SITE\" > \"\$($VPY -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/outer-torch.pth\""
+      if [ -n "$TORCH_SITE" ] && [ -d "$TORCH_SITE" ]; then
+        echo "$TORCH_SITE" > "$VSITE/outer-torch.pth"
+        echo "venv: torch is not in the base interpreter's site-packages; $VSITE/outer-torch.pth -> $TORCH_SITE" \
+          >> "$OUT/machine.txt"
+      else
+        fail_note venv_torch "python3 ($PY) cannot import torch either: no site-packages to point the venv at"
+      fi
+    fi
+    # The build tools, where the build looks: --no-build-isolation builds with the venv's python.
+    step build_tools 30 "$VPY" - << 'PY'
+import importlib, importlib.metadata as md, sys
+print("venv python", sys.executable, sys.version.split()[0])
+missing = []
+for mod, dist in (("torch", "torch"), ("setuptools", "setuptools"), ("wheel", "wheel"), ("scikit_build_core", "scikit-build-core")):
+    try:
+        m = importlib.import_module(mod)
+        print(f"{dist} {md.version(dist)} from {m.__file__}")
+    except Exception as e:  # noqa: BLE001 - any failure means "not usable here"
+        print(f"{dist}: not importable ({e})")
+        if dist != "scikit-build-core":  # optional: setuptools drives CMake either way
+            missing.append(dist)
+sys.exit(f"missing in the venv: {', '.join(missing)}" if missing else 0)
+PY
+    SKB=$(grep -q "^scikit-build-core [0-9]" "$OUT/build_tools.log" 2>/dev/null && echo present || echo absent)
+    echo "scikit-build-core in the venv: $SKB (the package builds with setuptools driving CMake either way)" \
+      >> "$OUT/machine.txt"
     rm -rf python/build python/*.egg-info
     PIP_ENV=(CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=90 ${DEPS:+-DCMAKE_PREFIX_PATH=$DEPS -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON}")
     [ -n "$DEPS" ] && PIP_ENV+=(ANYEP_REQUIRE_LIBFABRIC=1)
+    record "$(printf '%q ' "${PIP_ENV[@]}")$VPY -m pip install --no-index --no-build-isolation -v ./python"
     if step pip_install 300 env "${PIP_ENV[@]}" "$VPY" -m pip install --no-index --no-build-isolation -v ./python; then
       grep -E "^ *anyep setup.py:" "$OUT/pip_install.log" > "$OUT/pip_summary.txt" 2>&1
       AWAY=$(mktemp -d)  # another folder: nothing of the checkout on sys.path
@@ -127,12 +168,14 @@ print("checks:", "version equals CMakeLists.txt's", want, "| installed copy | li
       "->", "OK" if ok else "FAILED")
 sys.exit(0 if ok else 1)
 PY
+      record "cd \$(mktemp -d) && $VPY check_import.py $ROOT   # import anyep / deep_ep from another folder"
       step pip_import 60 env -u PYTHONPATH DEPS_PRESENT=$([ -n "$DEPS" ] && echo 1 || echo 0) \
         sh -c "cd '$AWAY' && '$VPY' check_import.py '$ROOT'"
       # The README's LL example, extracted from README.md, run from the other folder.
       awk '/<!-- the README.s LL example/{f=1; next} f && /^```python/{p=1; next} p && /^```/{exit} p' README.md \
         > "$AWAY/readme_ll.py"
       if [ -s "$AWAY/readme_ll.py" ]; then
+        record "$VPY -m torch.distributed.run --nproc-per-node 2 --master-port 29617 readme_ll.py   # README's LL example"
         step readme_ll 150 env -u PYTHONPATH CUDA_VISIBLE_DEVICES=0 sh -c \
           "cd '$AWAY' && '$VPY' -m torch.distributed.run --nproc-per-node 2 --master-port 29617 readme_ll.py"
         cp "$AWAY/readme_ll.py" "$OUT/readme_ll.py"
@@ -140,6 +183,7 @@ PY
         fail_note readme_ll "README.md has no LL example after its marker"
       fi
       # A test that imports the installed package (no PYTHONPATH, run from the other folder).
+      record "$VPY $ROOT/tests/python/ll_smoke.py"
       step ll_smoke 60 env -u PYTHONPATH LL_SMOKE_PORT=29619 sh -c "cd '$AWAY' && '$VPY' '$ROOT/tests/python/ll_smoke.py'"
       if [ -f "$OUT/ll_smoke.log" ] && ! grep -q "ll_smoke: ok" "$OUT/ll_smoke.log"; then
         fail_note ll_smoke_ok "ll_smoke.py did not print 'ok'"
@@ -161,12 +205,15 @@ echo "== logs: $OUT"
 cat "$OUT/machine.txt"
 show build 4
 show capi_errors 6
+show capi_ht_errors 3
 show capi_group_mp 4
 for f in example_gpu example_proxy; do
-  [ -f "$OUT/$f.log" ] && { echo "== $f: what was checked"; grep -E "BF16|FP8|FAILED|no GPU|passed|exited" "$OUT/$f.log" | head -20; }
+  [ -f "$OUT/$f.log" ] && { echo "== $f: what was checked"; grep -E "BF16|FP8|HT |FAILED|no GPU|passed|exited" "$OUT/$f.log" | head -24; }
 done
 show cli_info 45
 [ -f "$OUT/install.log" ] && { echo "== install"; grep -E "^---|symbols|GPU part|dispatch|capi install|FAILED|skipped" "$OUT/install.log" | head -40; }
+show build_tools 8
+[ -f "$OUT/pip_commands.sh" ] && { echo "== pip: the commands run (as a user types them)"; cat "$OUT/pip_commands.sh"; }
 [ -f "$OUT/pip_summary.txt" ] && { echo "== pip (setup.py's lines)"; cat "$OUT/pip_summary.txt"; }
 show pip_install 8
 show pip_import 8

@@ -9,6 +9,8 @@
 #                    processes, the example, and the HT benchmark with an SM sweep and NCCL baseline.
 #   TWO_GPU_PART=proxy  the LL proxy-path round trips next to the transports' own time for writes of
 #                    the same sizes (bench_transport over shm, bench_cuda_ipc), same lease.
+#                    PROXY_CUDA_IPC_LOOP=1 adds the proxy-cuda-ipc round trip with one
+#                    cudaMemcpyAsync per copy (ANYEP_CUDA_IPC_BATCH=0) for comparison.
 # Each sub-script's logs go to $OUT/<part>/ and travel back as one archive (the device tool returns
 # only a few files); the tables are printed. Carry [".deps", ".carry"]; timeout_s 595.
 set -u
@@ -47,6 +49,13 @@ case "$PART" in
       --warmup 5 --proxy-iters ${PROXY_ITERS:-100} --paths auto,proxy-libfabric,proxy-cuda-ipc \
       --json "$OUT/proxy/bench_ll.json" > "$OUT/proxy/bench_ll.log" 2>&1 || rc=1
     tail -32 "$OUT/proxy/bench_ll.log"
+    if [ "${PROXY_CUDA_IPC_LOOP:-0}" = 1 ]; then
+      PYTHONPATH=$PWD/build-lldev/python ANYEP_BENCH_TIMEOUT_S=100 ANYEP_CUDA_IPC_BATCH=0 timeout 120 \
+        python3 bench/ll/bench_ll.py --iters 20 --warmup 5 --proxy-iters ${PROXY_ITERS:-100} --paths proxy-cuda-ipc \
+        --json "$OUT/proxy/bench_ll_loop.json" > "$OUT/proxy/bench_ll_loop.log" 2>&1 || rc=1
+      echo "== proxy-cuda-ipc with ANYEP_CUDA_IPC_BATCH=0 (one cudaMemcpyAsync per copy)"
+      tail -12 "$OUT/proxy/bench_ll_loop.log"
+    fi
     timeout 150 build-lldev/bench/transport/bench_transport --providers shm --min 4K --max 64K --reps 5 \
       > "$OUT/proxy/bench_transport.log" 2>&1 || rc=1
     grep -E "^# |^(prov|shm) " "$OUT/proxy/bench_transport.log" | tail -12

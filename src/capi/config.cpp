@@ -5,9 +5,11 @@
 #include <limits>
 #include <string>
 
+#include "capi/ht_options.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "common/parse.h"
+#include "runtime/ht_validate.h"  // ht:: limits and geometry, through the runtime contract
 #include "runtime/ll_validate.h"
 
 namespace anyep::capi {
@@ -88,6 +90,20 @@ std::string check_ll_path(const char* text) {
   throw InternalError("capi: ANYEP_LL_PATH is not in the environment registry");
 }
 
+// Intranode HT's limits (kernels/ht_layout.h): ranks, experts per rank, row size.
+void check_ht_limits(const GroupSpec& s) {
+  if (s.num_ranks > ht::kMaxRanks)
+    throw Unsupported("cfg->num_ranks is " + to_string(s.num_ranks) + ": high-throughput mode (cfg->mode " +
+                      mode_name(s.mode) + ") reaches at most " + to_string(ht::kMaxRanks) +
+                      " ranks by direct stores (internode HT is not built yet)");
+  if (s.num_experts / s.num_ranks > ht::kMaxLocalExperts)
+    throw bad("cfg->num_experts", "is " + to_string(s.num_experts) + ": " + to_string(s.num_experts / s.num_ranks) +
+                                      " experts per rank, high-throughput mode takes at most " +
+                                      to_string(ht::kMaxLocalExperts));
+  if (s.hidden % 128 != 0)
+    throw bad("cfg->hidden", "is " + to_string(s.hidden) + ", not a multiple of 128 (high-throughput rows and scales)");
+}
+
 }  // namespace
 
 const char* c_dtype_name(int32_t t) {
@@ -128,10 +144,6 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
   if (mode != ANYEP_MODE_LL && mode != ANYEP_MODE_HT && mode != ANYEP_MODE_BOTH)
     throw bad("cfg->mode",
               "is " + to_string(mode) + ", not ANYEP_MODE_LL (1), ANYEP_MODE_HT (2) or ANYEP_MODE_BOTH (3)");
-  if (mode == ANYEP_MODE_HT)
-    throw Unsupported(
-        "cfg->mode is ANYEP_MODE_HT: high-throughput mode is not supported yet (it is being built); use "
-        "ANYEP_MODE_LL, or ANYEP_MODE_BOTH whose HT handles are refused until it lands");
   s.mode = static_cast<anyep_mode_t>(mode);
   if (c.num_ranks < 1) throw bad("cfg->num_ranks", "is " + to_string(c.num_ranks) + ", must be at least 1");
   if (c.rank < 0 || c.rank >= c.num_ranks)
@@ -154,11 +166,15 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
   s.max_tokens = c.max_tokens_per_rank;
   s.hidden = c.hidden;
   // The LL limits (hidden a multiple of 128 up to 16384, experts, tokens) and the buffer it needs.
-  runtime::LLBufferInfo unbounded;
-  unbounded.num_ranks = c.num_ranks;
-  unbounded.num_bytes = std::numeric_limits<int64_t>::max();
-  const ll::Layout g = runtime::validate_layout(s.max_tokens, s.hidden, s.num_experts, unbounded);
-  const int64_t need = static_cast<int64_t>(g.total_bytes());
+  int64_t need = 0;
+  if (s.has_ll()) {
+    runtime::LLBufferInfo unbounded;
+    unbounded.num_ranks = c.num_ranks;
+    unbounded.num_bytes = std::numeric_limits<int64_t>::max();
+    const ll::Layout g = runtime::validate_layout(s.max_tokens, s.hidden, s.num_experts, unbounded);
+    need = static_cast<int64_t>(g.total_bytes());
+  }
+  if (s.has_ht()) check_ht_limits(s);
 
   s.dispatch_dtype = to_dtype(raw_enum(c.dispatch_dtype), "cfg->dispatch_dtype");
   if (s.dispatch_dtype != runtime::DType::kBFloat16 && s.dispatch_dtype != runtime::DType::kFloat8_e4m3fn)
@@ -188,7 +204,10 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
   s.ll_bytes = c.ll_buffer_bytes > 0 ? c.ll_buffer_bytes : need;
   if (c.ht_buffer_bytes < 0)
     throw bad("cfg->ht_buffer_bytes", "is " + to_string(c.ht_buffer_bytes) + ", must be 0 (auto) or positive");
-  s.ht_bytes = c.ht_buffer_bytes;
+  if (s.has_ht() && c.ht_buffer_bytes > 0 && c.ht_buffer_bytes < static_cast<int64_t>(ht::kRingsOff))
+    throw bad("cfg->ht_buffer_bytes", "is " + to_string(c.ht_buffer_bytes) + ", below the " + to_string(ht::kRingsOff) +
+                                          " bytes of HT control data (0: auto)");
+  s.ht_bytes = c.ht_buffer_bytes > 0 || !s.has_ht() ? c.ht_buffer_bytes : ht_default_bytes(s.hidden, s.num_ranks);
 
   if (c.timeout_s == 0) {
     s.timeout_s = env::get_duration_s("ANYEP_TIMEOUT_S");

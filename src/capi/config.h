@@ -22,8 +22,8 @@ struct GroupSpec {
   runtime::DType dispatch_dtype = runtime::DType::kBFloat16;
   runtime::DType combine_dtype = runtime::DType::kBFloat16;
   bool round_scale = false, ue8m0 = false;
-  int64_t ll_bytes = 0;  // resolved: the shape's need when the config said 0
-  int64_t ht_bytes = 0;
+  int64_t ll_bytes = 0;   // resolved: the shape's need when the config said 0
+  int64_t ht_bytes = 0;   // resolved with HT in the mode: ht_default_bytes when the config said 0
   double timeout_s = 30;  // resolved: ANYEP_TIMEOUT_S when the config said 0
   std::string ll_path;    // resolved: ANYEP_LL_PATH when the config said NULL or ""
   anyep_allocator_t allocator{};
@@ -35,11 +35,14 @@ struct GroupSpec {
   void* allgather_user = nullptr;
 
   bool gpu() const { return device != ANYEP_DEVICE_NONE; }
+  bool has_ll() const { return mode == ANYEP_MODE_LL || mode == ANYEP_MODE_BOTH; }
+  bool has_ht() const { return mode == ANYEP_MODE_HT || mode == ANYEP_MODE_BOTH; }
   bool fp8() const { return dispatch_dtype == runtime::DType::kFloat8_e4m3fn; }
 };
 
 // Reads `cfg` (struct_size first: smaller than any known version is refused; larger only with
-// the unknown tail zero) and checks every field. HT modes are refused with Unsupported.
+// the unknown tail zero) and checks every field (the LL limits with LL in the mode, the
+// intranode HT limits with HT; more than 16 ranks with HT is Unsupported).
 GroupSpec read_config(const anyep_config_t* cfg);
 
 // The bits of a C enum argument, read without loading the enum: a C caller may pass any int, and

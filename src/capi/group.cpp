@@ -73,7 +73,8 @@ std::shared_ptr<Group> create(const anyep_config_t* cfg) {
   g->boot = make_bootstrap(s);
   const GroupRecord mine = make_record(s);
   check_records(mine, g->boot->allgather(to_bytes(mine)));
-  if (s.gpu()) g->ll = make_ll_backend(s, g->device, *g->boot);
+  if (s.gpu() && s.has_ll()) g->ll = make_ll_backend(s, g->device, *g->boot);
+  if (s.gpu() && s.has_ht()) g->ht = make_ht_backend(s, g->device, *g->boot);
   return g;
 }
 
@@ -90,6 +91,15 @@ runtime::LLBufferInfo Group::info(int device_of_call) const {
 
 void Group::expect_live() const {
   if (destroyed) throw InvalidArgument("the handle's group was destroyed");
+}
+
+void Group::expect_mode(anyep_mode_t mode) const {
+  const bool ok = mode == ANYEP_MODE_LL ? spec.has_ll() : spec.has_ht();
+  if (!ok)
+    throw InvalidArgument(std::string("this is a ") +
+                          (mode == ANYEP_MODE_LL ? "low-latency (LL)" : "high-throughput (HT)") +
+                          " call, but the group was created with cfg->mode = " + mode_name(spec.mode) + " (use " +
+                          mode_name(mode) + " or ANYEP_MODE_BOTH)");
 }
 
 Registry<Group>& groups() {
@@ -122,6 +132,7 @@ extern "C" anyepStatus anyep_group_destroy(anyep_group_t group) {
     std::exception_ptr first_error;
     try {
       if (g->ll) g->ll->synchronize();
+      if (g->ht) g->ht->synchronize();
     } catch (...) {
       first_error = std::current_exception();
     }
@@ -135,7 +146,13 @@ extern "C" anyepStatus anyep_group_destroy(anyep_group_t group) {
     } catch (...) {
       if (!first_error) first_error = std::current_exception();
     }
+    try {
+      if (g->ht) g->ht->destroy();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
     g->ll.reset();
+    g->ht.reset();
     g->boot.reset();
     if (first_error) std::rethrow_exception(first_error);
   });
@@ -147,9 +164,9 @@ extern "C" anyepStatus anyep_group_get_async_error(anyep_group_t group, anyepSta
     require(async_error, "async_error");
     *async_error = anyepSuccess;
     std::shared_ptr<Group> g = groups().get(id_of(group));
-    if (!g->ll) return;
     try {
-      g->ll->check_async();
+      if (g->ll) g->ll->check_async();
+      if (g->ht) g->ht->check_async();
     } catch (const Error& e) {
       *async_error = fail("asynchronous error", e.status(), e.what());
     }
@@ -161,6 +178,7 @@ extern "C" anyepStatus anyep_get_dispatch_outputs(anyep_group_t group, anyep_ten
   return guarded("anyep_get_dispatch_outputs", [&] {
     require(group, "group");
     std::shared_ptr<Group> g = groups().get(id_of(group));
+    g->expect_mode(ANYEP_MODE_LL);
     const GroupSpec& s = g->spec;
     // The runtime's plan for any token count: a descriptor of one token stands in for x. A
     // GPU-free group describes its outputs on device 0.

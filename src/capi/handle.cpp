@@ -39,10 +39,12 @@ std::shared_ptr<Handle> create(anyep_group_t group, int32_t mode, const anyep_te
   const Group& g = *h->group;
   const GroupSpec& s = g.spec;
   if (mode == ANYEP_MODE_HT)
-    throw Unsupported(
-        "mode ANYEP_MODE_HT: high-throughput mode is not supported yet (it is being built); use ANYEP_MODE_LL");
+    throw InvalidArgument(
+        "mode is ANYEP_MODE_HT: HT handles come from anyep_ht_handle_create (their counts exchange needs a stream "
+        "and options)");
   if (mode != ANYEP_MODE_LL)
-    throw InvalidArgument("mode is " + to_string(mode) + ": a handle is ANYEP_MODE_LL (1) or ANYEP_MODE_HT (2)");
+    throw InvalidArgument("mode is " + to_string(mode) + ": anyep_handle_create makes ANYEP_MODE_LL (1) handles");
+  g.expect_mode(ANYEP_MODE_LL);
   h->mode = ANYEP_MODE_LL;
   h->topk_idx = tensor_ref(topk_idx, "topk_idx");
   const runtime::TensorRef& t = h->topk_idx;
@@ -71,16 +73,7 @@ std::shared_ptr<Handle> create(anyep_group_t group, int32_t mode, const anyep_te
   const size_t range_bytes = static_cast<size_t>(L * R) * 8;
   h->memory_bytes = range_off + range_bytes;
   const int dev = g.ll ? g.device : t.device;
-  if (g.ll) {
-    if (s.allocator.alloc) {
-      h->memory = s.allocator.alloc(h->memory_bytes, dev, s.allocator.user);
-      if (!h->memory)
-        throw InvalidArgument("cfg->allocator.alloc returned NULL for " + to_string(h->memory_bytes) +
-                              " bytes of handle memory");
-    } else {
-      h->memory = device_alloc(h->memory_bytes, dev);
-    }
-  }
+  if (g.ll) alloc_handle_memory(*h, h->memory_bytes, dev);
   // A GPU-free handle has descriptors without memory: every check of a call runs all the same.
   static int64_t no_memory = 0;
   auto* base = h->memory ? static_cast<uint8_t*>(h->memory) : reinterpret_cast<uint8_t*>(&no_memory);
@@ -91,16 +84,9 @@ std::shared_ptr<Handle> create(anyep_group_t group, int32_t mode, const anyep_te
   return h;
 }
 
-std::shared_ptr<Handle> live_handle(anyep_handle_t handle) {
-  require(handle, "handle");
-  std::shared_ptr<Handle> h = handles().get(id_of(handle));
-  h->group->expect_live();
-  return h;
-}
-
 void dispatch(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* recv_x,
               const anyep_tensor_t* recv_scales, const anyep_tensor_t* recv_count, uint32_t flags, void* stream) {
-  std::shared_ptr<Handle> h = live_handle(handle);
+  std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_LL, "anyep_dispatch");
   Group& g = *h->group;
   const GroupSpec& s = g.spec;
   check_flags(flags);
@@ -140,7 +126,7 @@ void dispatch(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor
 
 void combine(anyep_handle_t handle, const anyep_tensor_t* expert_x, const anyep_tensor_t* topk_weights,
              const anyep_tensor_t* out_c, uint32_t flags, void* stream) {
-  std::shared_ptr<Handle> h = live_handle(handle);
+  std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_LL, "anyep_combine");
   Group& g = *h->group;
   const GroupSpec& s = g.spec;
   check_flags(flags);
@@ -186,6 +172,29 @@ Handle::~Handle() {
   }
 }
 
+void alloc_handle_memory(Handle& h, size_t bytes, int device) {
+  const anyep_allocator_t& a = h.group->spec.allocator;
+  h.memory_bytes = bytes;
+  if (a.alloc) {
+    h.memory = a.alloc(bytes, device, a.user);
+    if (!h.memory)
+      throw InvalidArgument("cfg->allocator.alloc returned NULL for " + to_string(bytes) + " bytes of handle memory");
+  } else {
+    h.memory = device_alloc(bytes, device);
+  }
+}
+
+std::shared_ptr<Handle> live_handle(anyep_handle_t handle, anyep_mode_t mode, const char* call) {
+  require(handle, "handle");
+  std::shared_ptr<Handle> h = handles().get(id_of(handle));
+  h->group->expect_live();
+  if (h->mode != mode)
+    throw InvalidArgument(
+        std::string(call) + " takes an " + (mode == ANYEP_MODE_LL ? "LL" : "HT") + " handle; this one is " +
+        (h->mode == ANYEP_MODE_LL ? "an LL handle (anyep_handle_create)" : "an HT handle (anyep_ht_handle_create)"));
+  return h;
+}
+
 Registry<Handle>& handles() {
   static Registry<Handle>* r = new Registry<Handle>("anyep handle");  // never destroyed: usable at exit
   return *r;
@@ -209,7 +218,10 @@ extern "C" anyepStatus anyep_handle_create(anyep_group_t group, anyep_mode_t mod
 extern "C" anyepStatus anyep_handle_destroy(anyep_handle_t handle) {
   return guarded("anyep_handle_destroy", [&] {
     require(handle, "handle");
-    handles().take(id_of(handle));  // the last reference frees the memory
+    std::shared_ptr<Handle> h = handles().take(id_of(handle));  // the last reference frees the memory
+    // An HT handle destroyed between its counts exchange and its dispatch frees the group for
+    // other HT calls (the peers' dispatch of it then times out).
+    if (h->group->ht_awaiting_dispatch == id_of(handle)) h->group->ht_awaiting_dispatch = 0;
   });
 }
 
@@ -227,7 +239,7 @@ extern "C" anyepStatus anyep_combine(anyep_handle_t handle, const anyep_tensor_t
 
 extern "C" anyepStatus anyep_complete(anyep_handle_t handle, anyep_stream_t stream) {
   return guarded("anyep_complete", [&] {
-    std::shared_ptr<Handle> h = live_handle(handle);
+    std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_LL, "anyep_complete");
     if (!h->pending)
       throw InvalidArgument("nothing to complete: the handle has no send-only dispatch or combine pending");
     RecvPhase recv = std::move(h->pending);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "capi/collective.h"
+#include "capi/device_guard.h"
 #include "capi/ll_backend.h"
 #include "common/cuda_check.h"
 #include "common/error.h"
@@ -17,57 +19,14 @@ namespace {
 
 using runtime::LowLatencyBuffer;
 
-// Restores the calling thread's current device on scope exit (the C caller's state is theirs).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    cuda_check(cudaSetDevice(device), "anyep", "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-};
-
-// One rank's contribution to the collective buffer creation: a status byte, then the
-// connection record (ok) or the status code and the message (failed).
-constexpr uint8_t kRecordOk = 1, kRecordFailed = 0;
-
 class CudaLL final : public LLBackend {
  public:
   CudaLL(const GroupSpec& spec, int device, transport::Bootstrap& boot) : device_(device) {
-    std::vector<uint8_t> mine;
-    std::exception_ptr local;
-    try {
+    const std::vector<std::vector<uint8_t>> infos = build_and_exchange(boot, "LL buffer", [&] {
       DeviceGuard guard(device);
       buf_ = std::make_unique<LowLatencyBuffer>(spec.rank, spec.num_ranks, spec.ll_bytes, device, spec.ll_path);
-      mine.push_back(kRecordOk);
-      const std::vector<uint8_t> info = buf_->local_info();
-      mine.insert(mine.end(), info.begin(), info.end());
-    } catch (const Error& e) {
-      local = std::current_exception();
-      mine.assign({kRecordFailed, static_cast<uint8_t>(e.status())});
-      const std::string m = e.what();
-      mine.insert(mine.end(), m.begin(), m.end());
-    }
-    // Every rank takes part even after a local failure, so the others fail at once naming it.
-    const std::vector<std::vector<uint8_t>> all = boot.allgather(mine);
-    if (local) std::rethrow_exception(local);
-    std::vector<std::vector<uint8_t>> infos(all.size());
-    for (size_t r = 0; r < all.size(); ++r) {
-      if (all[r].size() >= 2 && all[r][0] == kRecordFailed)
-        throw Error(static_cast<anyepStatus>(all[r][1]),
-                    "rank " + std::to_string(r) +
-                        " could not create its LL buffer: " + std::string(all[r].begin() + 2, all[r].end()));
-      if (all[r].empty() || all[r][0] != kRecordOk)
-        throw InternalError("capi: rank " + std::to_string(r) + " sent a malformed LL buffer record");
-      infos[r].assign(all[r].begin() + 1, all[r].end());
-    }
+      return buf_->local_info();
+    });
     DeviceGuard guard(device);
     buf_->connect(infos, &boot);
   }

@@ -1,4 +1,5 @@
-// The C API's LL backend in a build without CUDA (ANYEP_CUDA=OFF): GPU-free groups only.
+// The C API's LL and HT backends in a build without CUDA (ANYEP_CUDA=OFF): GPU-free groups only.
+#include "capi/ht_backend.h"
 #include "capi/ll_backend.h"
 #include "common/error.h"
 
@@ -10,6 +11,7 @@ constexpr const char* kNoCuda =
 }  // namespace
 
 std::unique_ptr<LLBackend> make_ll_backend(const GroupSpec&, int, transport::Bootstrap&) { throw Unsupported(kNoCuda); }
+std::unique_ptr<HTBackend> make_ht_backend(const GroupSpec&, int, transport::Bootstrap&) { throw Unsupported(kNoCuda); }
 
 int device_count(std::string* why) {
   if (why) *why = "no GPU: this anyep library was built without CUDA (ANYEP_CUDA=OFF)";

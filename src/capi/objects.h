@@ -1,12 +1,16 @@
 // anyep/src/capi/objects.h — what the C API's opaque handles stand for: a group (its checked
-// configuration, bootstrap and LL backend) and a per-forward-pass handle (the routing, the
-// handle memory dispatch fills and combine reads, the staged receive phase).
+// configuration, bootstrap, LL and HT backends) and a per-forward-pass handle (the routing, the
+// handle memory dispatch fills and combine reads, the staged receive phase; for HT the layout,
+// the counts and the tables the dispatch leaves for the combine).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "capi/config.h"
+#include "capi/ht_backend.h"
+#include "capi/ht_options.h"
 #include "capi/ll_backend.h"
 #include "capi/registry.h"
 #include "runtime/tensor_ref.h"
@@ -18,7 +22,11 @@ struct Group {
   GroupSpec spec;
   int device = ANYEP_DEVICE_NONE;  // resolved ordinal, or ANYEP_DEVICE_NONE
   std::unique_ptr<transport::Bootstrap> boot;
-  std::unique_ptr<LLBackend> ll;  // null in a GPU-free group
+  std::unique_ptr<LLBackend> ll;  // null in a GPU-free group or without LL in the mode
+  std::unique_ptr<HTBackend> ht;  // null in a GPU-free group or without HT in the mode
+  // The HT handle whose counts were exchanged and whose dispatch has not run: the HT protocol
+  // needs that dispatch to be the group's next HT call on every rank (0: none).
+  uint64_t ht_awaiting_dispatch = 0;
   bool destroyed = false;
 
   // What the runtime's checks know of the buffer. A GPU-free group has no device: its checks
@@ -26,6 +34,22 @@ struct Group {
   runtime::LLBufferInfo info(int device_of_call) const;
   // InvalidArgument once the group was destroyed (through a handle that outlived it).
   void expect_live() const;
+  // InvalidArgument naming cfg->mode when the group was created without `mode` (LL or HT) in it.
+  void expect_mode(anyep_mode_t mode) const;
+};
+
+// An HT handle's state. Its device memory (Handle::memory) holds, in this order: the layout
+// (num_tokens_per_rank [R], num_tokens_per_expert [E], is_token_in_rank [N, R]), the tables
+// (rank_prefix_matrix [R, R], channel_prefix_matrix and recv_channel_prefix_matrix [R, C],
+// send_head [N, R]) and recv_src_idx for the most rows a rank can receive (R * T).
+struct HTState {
+  HTOptions options;
+  runtime::TensorRef ntpr, ntpe, itir, rpm, cpm, rcpm, send_head, src_idx;
+  runtime::HTDispatchPlan plan;  // the plan the counts were exchanged for
+  int64_t num_recv = -1;         // M; -1 in a GPU-free group (no counts)
+  std::vector<int> per_expert;   // aligned rows per local expert
+  uint64_t scale_cols = 0;       // FP8: x_scales columns (H/128 float32, H/512 int32 with UE8M0)
+  runtime::DType scale_dtype = runtime::DType::kOther;
 };
 
 struct Handle {
@@ -40,12 +64,17 @@ struct Handle {
   bool dispatched = false;                    // a dispatch was launched (combine may follow)
   RecvPhase pending;                          // the staged receive phase, if any
   const char* pending_what = nullptr;         // "dispatch" or "combine"
+  std::unique_ptr<HTState> ht;                // HT handles only
 
   ~Handle();
 };
 
 Registry<Group>& groups();
 Registry<Handle>& handles();
+// The live handle behind `handle` of `mode`, its group live; InvalidArgument naming `call` otherwise.
+std::shared_ptr<Handle> live_handle(anyep_handle_t handle, anyep_mode_t mode, const char* call);
+// Handle memory from the group's allocator (or cudaMalloc), freed by ~Handle.
+void alloc_handle_memory(Handle& h, size_t bytes, int device);
 
 // Opaque handle values <-> registry ids.
 inline uint64_t id_of(const void* h) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h)); }

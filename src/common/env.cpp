@@ -30,6 +30,10 @@ const std::vector<VarInfo>& all_vars() {
        "wrap every endpoint made from the environment (TransportSpec::from_env: LL runtime proxy path, main job, "
        "benchmarks) in the chaos transport (reorders deliveries like EFA SRD) with this seed; empty: off",
        T::kSeed},
+      {"ANYEP_CUDA_IPC_BATCH", "1",
+       "cuda-ipc transport: 1 issues the copies queued between two polls with one cudaMemcpyBatchAsync (CUDA 12.8+), "
+       "0 one cudaMemcpyAsync per copy",
+       T::kBool},
       {"ANYEP_FI_NICS", "1", "libfabric: NICs (domains) striped per endpoint set; 0: every domain the provider lists",
        T::kCount, 0, 64},
       {"ANYEP_FI_PROVIDER", "", "libfabric provider; empty: first of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm", T::kEnum, 0,

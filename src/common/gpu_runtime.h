@@ -28,6 +28,7 @@
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
 #define cudaErrorNotReady hipErrorNotReady
+#define cudaErrorNotSupported hipErrorNotSupported
 #define cudaErrorNoDevice hipErrorNoDevice
 #define cudaErrorInsufficientDriver hipErrorInsufficientDriver
 #define cudaErrorPeerAccessAlreadyEnabled hipErrorPeerAccessAlreadyEnabled

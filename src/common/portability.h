@@ -350,6 +350,29 @@ ANYEP_DEVICE ANYEP_INLINE V load_uncached(const V* p) {
 }
 #endif
 
+// ---- block sub-teams ------------------------------------------------------------------------------
+#if defined(__CUDACC__) || defined(__HIPCC__)
+// A barrier over the `threads` threads (whole warps) of one team of a block, numbered `id` in
+// 1..15 (0 is __syncthreads'); the same memory ordering among its threads as __syncthreads. Lets a
+// block work on several independent items at once, each with its own barrier.
+// kTeamBarriers: false where the target has no named barriers; team_sync is then a whole-block
+// barrier, so callers must make the whole block one team (teams = 1) there.
+#if defined(__CUDA_ARCH__) || !defined(__HIPCC__)
+inline constexpr bool kTeamBarriers = true;
+#else
+inline constexpr bool kTeamBarriers = false;
+#endif
+ANYEP_DEVICE ANYEP_INLINE void team_sync(int id, int threads) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#else
+  (void)id;
+  (void)threads;
+  __syncthreads();
+#endif
+}
+#endif
+
 // ---- warp-level helpers (warp-cooperative producers) ---------------------------------------------
 // On the host a "warp" is the calling thread alone: lane 0 of a one-lane warp, so code written for
 // warps also runs in CPU producer threads.

@@ -188,6 +188,15 @@ __device__ void send_phase(const DispatchArgs& a) {
   }
 }
 
+// Receive teams: a block takes kRecvTeams (local expert, source) regions at once, one per team of
+// kRecvTeamThreads, each with its own barrier. At DeepEP's shape there are 288 regions (E x 1 at
+// one rank, 144 x 2 at two) on 132 blocks: whole-block regions ran in three waves, each a wait,
+// a barrier and a short copy; four teams a block take them in one.
+constexpr int kRecvTeams = port::kTeamBarriers ? 4 : 1;
+constexpr int kRecvTeamThreads = kBlockThreads / kRecvTeams;
+static_assert(kRecvTeamThreads % port::kWarpSize == 0, "a receive team is whole warps");
+constexpr int kRecvUnroll = 4;  // 16-byte loads in flight per thread in the row copy
+
 __device__ void recv_phase(const DispatchArgs& a) {
   const Common& c = a.c;
   const Layout& g = c.g;
@@ -196,14 +205,17 @@ __device__ void recv_phase(const DispatchArgs& a) {
   const int64_t RT = static_cast<int64_t>(R) * T;
   const int G = H / kScaleGroup;
   const uint64_t M = g.msg_bytes();
-  __shared__ int s_begin, s_count;
+  __shared__ int s_begin[kRecvTeams], s_count[kRecvTeams];
   const int row_bytes = a.fmt == Format::kBF16 ? 2 * H : H;
   const int nvec = row_bytes / 16;
   uint8_t* recv_x = static_cast<uint8_t*>(a.recv_x);
+  const int team = static_cast<int>(threadIdx.x) / kRecvTeamThreads;
+  const int tt = static_cast<int>(threadIdx.x) % kRecvTeamThreads;
+  const int team_bar = 1 + team;  // barrier 0 is __syncthreads'
 
-  for (int p = blockIdx.x; p < L * R; p += gridDim.x) {
+  for (int p = blockIdx.x * kRecvTeams + team; p < L * R; p += gridDim.x * kRecvTeams) {
     const int l = p / R, r = p % R;
-    if (threadIdx.x == 0) {
+    if (tt == 0) {
       const bool direct = c.peers[r] != nullptr;
       const uint64_t sig = g.dispatch_count_off(c.buf, l, r);
       uint64_t waited = 0;
@@ -224,28 +236,44 @@ __device__ void recv_phase(const DispatchArgs& a) {
       if (a.wait_recv_cost_stats)
         atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
                   static_cast<unsigned long long>(waited));
-      s_begin = begin;
-      s_count = count;
+      s_begin[team] = begin;
+      s_count[team] = count;
     }
-    __syncthreads();  // thread 0's acquire covers the whole block from here on
-    const int begin = s_begin, count = s_count;
+    port::team_sync(team_bar, kRecvTeamThreads);  // the team's first thread's acquire covers the team
+    const int begin = s_begin[team], count = s_count[team];
     const uint8_t* region = c.local + g.dispatch_slot_off(c.buf, l, r, 0);
     uint8_t* out = recv_x + (static_cast<int64_t>(l) * RT + begin) * row_bytes;
-    for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
-      const int s = i / nvec, v = i - s * nvec;
-      // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
-      const uint4 val = dev::ld_recv(reinterpret_cast<const uint4*>(region + s * M + kHeaderBytes) + v, c.host_mem);
-      dev::st16(out + static_cast<int64_t>(s) * row_bytes + v * 16, val);
+    const int n = count * nvec;
+    for (int i0 = tt; i0 < n; i0 += kRecvUnroll * kRecvTeamThreads) {
+      // All loads first, then the stores: kRecvUnroll loads in flight instead of one.
+      uint4 val[kRecvUnroll];
+#pragma unroll
+      for (int u = 0; u < kRecvUnroll; ++u) {
+        const int i = i0 + u * kRecvTeamThreads;
+        if (i < n) {
+          const int s = i / nvec, v = i - s * nvec;
+          // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
+          val[u] = dev::ld_recv(reinterpret_cast<const uint4*>(region + s * M + kHeaderBytes) + v, c.host_mem);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kRecvUnroll; ++u) {
+        const int i = i0 + u * kRecvTeamThreads;
+        if (i < n) {
+          const int s = i / nvec, v = i - s * nvec;
+          dev::st16(out + static_cast<int64_t>(s) * row_bytes + v * 16, val[u]);
+        }
+      }
     }
     const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
-    for (int s = threadIdx.x; s < count; s += blockDim.x) {
+    for (int s = tt; s < count; s += kRecvTeamThreads) {
       const int4 h = dev::ld_recv(reinterpret_cast<const int4*>(region + s * M), c.host_mem);
       a.src_info[row0 + s] = h.x;
       a.src_topk[row0 + s] = h.y;
     }
     if (a.fmt == Format::kFP8) {
       float* sc = static_cast<float*>(a.recv_scales);
-      for (int i = threadIdx.x; i < count * G; i += blockDim.x) {
+      for (int i = tt; i < count * G; i += kRecvTeamThreads) {
         const int s = i / G, gi = i - s * G;
         const float f =
             dev::ld_recv(reinterpret_cast<const float*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
@@ -254,7 +282,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
     } else if (a.fmt == Format::kFP8UE8M0) {
       int32_t* sc = static_cast<int32_t*>(a.recv_scales);
       const int G4 = G / kUe8m0Pack;
-      for (int i = threadIdx.x; i < count * G4; i += blockDim.x) {
+      for (int i = tt; i < count * G4; i += kRecvTeamThreads) {
         const int s = i / G4, gi = i - s * G4;
         const float4 f =
             dev::ld_recv(reinterpret_cast<const float4*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
@@ -264,7 +292,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
         sc[(static_cast<int64_t>(l) * G4 + gi) * RT + begin + s] = static_cast<int32_t>(packed);
       }
     }
-    __syncthreads();  // s_begin/s_count reuse
+    port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count reuse
   }
   if (dev::last_block(&c.ws.blocks_done[0])) {
     if (threadIdx.x == 0 && a.handle_half) *a.handle_half = c.buf;

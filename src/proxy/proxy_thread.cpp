@@ -196,7 +196,9 @@ uint32_t ProxyThread::flush_writes(uint32_t r, uint32_t n, Step* stop) {
   rings_[r].outstanding += posted;
   local_.writes += posted;
   // Not all went out: the loop polls completions, then retries the rest (or the error stops it).
-  if (rc) *stop = post_result(r, rc, "WRITE", wq_[posted].dst_rank);
+  // The contract names w[posted] as the write that failed; a backend that breaks it must not make
+  // this read past the batch.
+  if (rc) *stop = post_result(r, rc, "WRITE", wq_[posted < n ? posted : n - 1].dst_rank);
   return static_cast<uint32_t>(posted);
 }
 

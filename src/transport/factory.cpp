@@ -1,5 +1,6 @@
 #include "transport/factory.h"
 
+#include "common/env.h"
 #include "common/error.h"
 
 namespace anyep::transport {
@@ -98,6 +99,7 @@ TransportSpec TransportSpec::from_env(std::string name, uint32_t rank, uint32_t 
   s.num_ranks = num_ranks;
   s.chaos = chaos::ChaosConfig::from_env();
   s.libfabric = libfabric::LibfabricConfig::from_env();
+  s.cuda_ipc.batch_copies = env::get_bool("ANYEP_CUDA_IPC_BATCH");
   // ANYEP_FI_PROVIDER chooses only for "libfabric"; "tcp", "shm", ... name their provider.
   if (s.name != "libfabric") s.libfabric.provider.clear();
   return s;

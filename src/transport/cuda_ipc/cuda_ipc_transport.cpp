@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <random>
 #include <string_view>
@@ -20,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/gpu_runtime.h"
+#include "transport/cuda_ipc/copy_tracker.h"
 #include "transport/cuda_ipc/cuda_ipc_wire.h"
 #include "transport/cuda_ipc/imm_inbox.h"
 #include "transport/region_table.h"
@@ -59,30 +59,35 @@ std::string unique_inbox_name(uint32_t rank) {
   return buf;
 }
 
-// A posted operation waiting for its copy (if any) and then for room in the peer's inbox.
-struct Op {
-  uint64_t context;
-  uint32_t dst;
-  uint32_t imm;
-  bool has_imm;
-};
+using Tracker = CopyTracker<cudaEvent_t>;
 
-// An event recorded after the last `n_ops` copies of a stream: when it fires they are all done.
-struct Fence {
-  cudaEvent_t event;
-  uint32_t n_ops;
-};
-
-struct CopyStream {
-  cudaStream_t stream = nullptr;
-  std::deque<Op> ops;  // issued on this stream, oldest first
-  std::deque<Fence> fences;
-  uint32_t unfenced = 0;  // ops at the back of `ops` not yet covered by a fence
-};
+// Copies of one issue_pending() in one runtime call where the runtime has it. CUDA 12.8 added
+// cudaMemcpyBatchAsync (with a failure index, dropped in 13.0). Copies within a batch run in any
+// order, which this transport never promised anyway (ordered_writes = false).
+cudaError_t memcpy_batch(void** dsts, void** srcs, size_t* sizes, size_t n, cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  cudaMemcpyAttributes attr{};
+  // Stream order: the sources were written by kernels the proxy learnt of through the rings; the
+  // copy must not read them before the stream gets there. Overlap with compute: the LL kernels
+  // keep running (and spinning) while these copies go, so the driver should not take SMs for them.
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  size_t first = 0;
+#if CUDART_VERSION >= 13000
+  return cudaMemcpyBatchAsync(dsts, srcs, sizes, n, &attr, &first, 1, stream);
+#else
+  size_t fail_idx = 0;
+  return cudaMemcpyBatchAsync(dsts, srcs, sizes, n, &attr, &first, 1, &fail_idx, stream);
+#endif
+#else
+  (void)dsts, (void)srcs, (void)sizes, (void)n, (void)stream;
+  return cudaErrorNotSupported;
+#endif
+}
 
 class CudaIpcTransport final : public Transport {
  public:
-  explicit CudaIpcTransport(const CudaIpcConfig& o) : opt_(o) {
+  explicit CudaIpcTransport(const CudaIpcConfig& o) : opt_(o), track_(o.num_streams, o.num_ranks, o.max_outstanding) {
     if (o.num_ranks == 0 || o.rank >= o.num_ranks)
       throw InvalidArgument("cuda-ipc transport: rank " + std::to_string(o.rank) + " out of range (num_ranks " +
                             std::to_string(o.num_ranks) + ")");
@@ -104,37 +109,38 @@ class CudaIpcTransport final : public Transport {
     inbox_ = ImmInbox::create(unique_inbox_name(o.rank), o.num_ranks, o.imm_slots);  // checks imm_slots
     CIPC_CUDA_THROW(cudaSetDevice(o.device), where());
     streams_.resize(o.num_streams);
-    for (auto& s : streams_) CIPC_CUDA_THROW(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), where());
+    for (auto& s : streams_) CIPC_CUDA_THROW(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), where());
     ipc_mappings_.resize(o.num_ranks);
-    pending_imms_.resize(o.num_ranks);
+    // At most max_outstanding copies wait to be issued (the tracker reserved its queue): the hot
+    // path never allocates for them.
+    batch_dsts_.resize(o.max_outstanding);
+    batch_srcs_.resize(o.max_outstanding);
+    batch_sizes_.resize(o.max_outstanding);
+    batch_api_ = o.batch_copies;
   }
 
   ~CudaIpcTransport() override {
     cudaSetDevice(opt_.device);
-    for (auto& s : streams_) fence(s);  // copies not yet behind an event get one
+    issue_pending();  // accepted copies still go (and get their event): they are tracked below
     // Bounded wait for copies still in flight: the memory they touch may be freed right after.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt_.teardown_timeout_s);
     bool drained = false;
     while (!drained) {
       drained = true;
-      for (auto& s : streams_)
-        for (auto& f : s.fences) drained = drained && cudaEventQuery(f.event) != cudaErrorNotReady;
+      track_.for_each_event([&](cudaEvent_t e) { drained = drained && cudaEventQuery(e) != cudaErrorNotReady; });
       if (drained || std::chrono::steady_clock::now() > deadline) break;
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    size_t lost = 0;
-    for (auto& q : pending_imms_) lost += q.size();
-    for (auto& s : streams_) lost += s.ops.size();
+    const size_t lost = track_.undelivered();
     if (!drained)
       std::fprintf(stderr, "anyep: %s: copies still in flight after %.1f s at teardown; IPC mappings are leaked\n",
                    where().c_str(), opt_.teardown_timeout_s);
     if (lost)
       std::fprintf(stderr, "anyep: %s: destroyed with %zu writes/immediates not yet delivered\n", where().c_str(),
                    lost);
-    for (auto& s : streams_) {
-      for (auto& f : s.fences) free_events_.push_back(f.event);
-      if (s.stream && drained) cudaStreamDestroy(s.stream);
-    }
+    track_.for_each_event([&](cudaEvent_t e) { free_events_.push_back(e); });
+    for (cudaStream_t s : streams_)
+      if (s && drained) cudaStreamDestroy(s);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     if (drained)
       for (auto& peer : ipc_mappings_)
@@ -341,14 +347,13 @@ class CudaIpcTransport final : public Transport {
     return post_writes(&w, 1, &posted);
   }
 
-  // Copies are fenced lazily (see maybe_fence): a cudaEventRecord per write would halve the
-  // small-write rate, one per batch of writes costs nothing measurable.
+  // GPU copies are only queued here (no runtime call): poll() issues everything queued since the
+  // last poll with one batch call and one event (issue_pending), so a proxy that posts many small
+  // writes per loop iteration pays a few runtime calls per iteration, not several per write. A
+  // queue of kIssueAt copies is issued at once, so a caller that posts much between polls still
+  // keeps the copy engine busy. Host-memory targets of other processes are written synchronously.
   int post_writes(const WriteDesc* w, size_t n, size_t* posted) override {
     *posted = 0;
-    if (!n) return 0;
-    if (int rc = ensure_device()) return rc;
-    CopyStream& s = streams_[next_stream_];
-    next_stream_ = (next_stream_ + 1) % streams_.size();
     int rc = 0;
     for (; *posted < n; ++*posted) {
       const WriteDesc& d = w[*posted];
@@ -357,7 +362,7 @@ class CudaIpcTransport final : public Transport {
         rc = fail(-EAGAIN, kFullMsg);
         break;
       }
-      Op op{d.context, d.dst_rank, d.imm, d.has_imm};
+      CopyOp op{d.context, d.dst_rank, d.imm, d.has_imm};
       if (d.length == 0) {  // nothing to copy: the data is trivially in place
         ++outstanding_;
         finish_copy(op);
@@ -371,20 +376,13 @@ class CudaIpcTransport final : public Transport {
         continue;
       }
       // check_write vouched for both regions; their bases are addresses valid in this process.
-      cudaError_t e =
-          cudaMemcpyAsync(reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
-                          reinterpret_cast<const void*>(regions_.local(d.local_mr)->base + d.local_offset), d.length,
-                          cudaMemcpyDefault, s.stream);
-      if (e != cudaSuccess) {
-        cudaGetLastError();
-        rc = fail(-EIO, "post_write to rank " + std::to_string(d.dst_rank) + ": " + cuda_msg("cudaMemcpyAsync", e));
-        break;
-      }
-      ++outstanding_;
-      s.ops.push_back(op);
-      ++s.unfenced;
+      ++outstanding_;  // <= max_outstanding, the tracker's queue capacity: queue() cannot refuse
+      track_.queue(reinterpret_cast<void*>(regions_.remote(d.dst_rank, d.remote_mr)->base + d.remote_offset),
+                   reinterpret_cast<void*>(regions_.local(d.local_mr)->base + d.local_offset), d.length, op);
     }
-    if (int frc = maybe_fence(s); frc && !rc) rc = frc;
+    // Not returned here: the writes counted in *posted were accepted. A copy that cannot be issued
+    // completes with -EIO (no immediate) and the next poll() returns the error.
+    if (track_.queued().size() >= kIssueAt && issue_pending()) issue_error_ = true;
     return rc;
   }
 
@@ -392,7 +390,7 @@ class CudaIpcTransport final : public Transport {
     if (int rc = check_peer(dst_rank)) return rc;
     if (outstanding_ >= opt_.max_outstanding) return fail(-EAGAIN, kFullMsg);
     ++outstanding_;
-    finish_copy(Op{context, dst_rank, imm, true});
+    finish_copy(CopyOp{context, dst_rank, imm, true});
     return 0;
   }
 
@@ -400,16 +398,21 @@ class CudaIpcTransport final : public Transport {
            size_t* n_imms) override {
     *n_comps = 0;
     *n_imms = 0;
-    int rc = ensure_device();
-    if (!rc) {
-      reap_copies();
-      for (auto& s : streams_)
-        if (int frc = maybe_fence(s); frc && !rc) rc = frc;
+    int rc = issue_pending();
+    if (issue_error_) {  // an issue inside post_writes failed (last_error() says how)
+      issue_error_ = false;
+      rc = rc ? rc : -EIO;
     }
-    for (uint32_t p = 0; p < pending_imms_.size(); ++p) flush_imms(p);
-    while (*n_comps < max_comps && !done_.empty()) {
-      comps[(*n_comps)++] = done_.front();
-      done_.pop_front();
+    // No runtime call at all while nothing is in flight (idle proxy threads poll constantly).
+    if (track_.fences_in_flight()) {
+      if (const int drc = ensure_device())
+        rc = rc ? rc : drc;
+      else
+        reap_copies();
+    }
+    track_.flush_all_imms(push_imm());
+    while (*n_comps < max_comps && track_.take(&comps[*n_comps])) {
+      ++*n_comps;
       --outstanding_;
     }
     *n_imms = inbox_.drain(imms, max_imms);
@@ -421,6 +424,8 @@ class CudaIpcTransport final : public Transport {
  private:
   // Backpressure is routine: its message is a constant, so -EAGAIN costs no allocation.
   static constexpr const char* kFullMsg = "max_outstanding operations in flight; poll() and retry";
+  // post_writes issues the queue itself once it holds this many copies.
+  static constexpr size_t kIssueAt = 128;
   std::string where() const {
     return "cuda-ipc transport (rank " + std::to_string(opt_.rank) + ", device " + std::to_string(opt_.device) + ")";
   }
@@ -468,17 +473,51 @@ class CudaIpcTransport final : public Transport {
     return 0;
   }
 
-  // An idle stream (no event in flight) is fenced at once, so a lone write completes with no
-  // added delay. Copies issued while an event is in flight would finish after it anyway: they
-  // wait (up to kFenceBatch of them) for the poll() that reaps that event and fences them all.
-  static constexpr uint32_t kFenceBatch = 64;
-  int maybe_fence(CopyStream& s) {
-    if (!s.unfenced || (!s.fences.empty() && s.unfenced < kFenceBatch)) return 0;
-    return fence(s);
+  // Hands every queued copy to the runtime on the next stream (round robin): one batch call where
+  // the runtime has it (else one cudaMemcpyAsync each), then ONE event behind them all. A copy
+  // that could not be issued completes with -EIO (and no immediate); the error is returned.
+  int issue_pending() {
+    const std::vector<QueuedCopy>& q = track_.queued();
+    const size_t n = q.size();
+    if (!n) return 0;
+    size_t issued = 0;
+    int rc = ensure_device();
+    const uint32_t s = next_stream_;
+    next_stream_ = (next_stream_ + 1) % static_cast<uint32_t>(streams_.size());
+    if (!rc && batch_api_ && n > 1) {
+      for (size_t i = 0; i < n; ++i) {
+        batch_dsts_[i] = q[i].dst;
+        batch_srcs_[i] = q[i].src;
+        batch_sizes_[i] = q[i].bytes;
+      }
+      cudaError_t e = memcpy_batch(batch_dsts_.data(), batch_srcs_.data(), batch_sizes_.data(), n, streams_[s]);
+      if (e == cudaSuccess) {
+        issued = n;
+      } else {
+        // Not available here (older driver, a memory kind it refuses): one copy at a time from now
+        // on. Copies of the refused call that did go are issued again below: the same bytes to the
+        // same place, with the source unchanged until the op completes, and the op is tracked once.
+        cudaGetLastError();
+        batch_api_ = false;
+      }
+    }
+    while (!rc && issued < n) {
+      const QueuedCopy& c = q[issued];
+      if (cudaError_t e = cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDefault, streams_[s]); e != cudaSuccess) {
+        cudaGetLastError();
+        rc = fail(-EIO, "write to rank " + std::to_string(c.op.dst) + ": " + cuda_msg("cudaMemcpyAsync", e));
+      } else {
+        ++issued;
+      }
+    }
+    track_.commit_issue(s, issued, -EIO);  // the rest (after an error) completes failed, no immediate
+    if (const int frc = fence(s); frc && !rc) rc = frc;
+    return rc;
   }
-  // Records one event behind the stream's unfenced copies.
-  int fence(CopyStream& s) {
-    if (!s.unfenced) return 0;
+
+  // Records one event behind the stream's copies issued since its last event.
+  int fence(uint32_t s) {
+    if (!track_.needs_fence(s)) return 0;
     cudaEvent_t ev = nullptr;
     if (!free_events_.empty()) {
       ev = free_events_.back();
@@ -487,71 +526,46 @@ class CudaIpcTransport final : public Transport {
       cudaGetLastError();
       return fail_unfenced(s, cuda_msg("cudaEventCreateWithFlags", e));
     }
-    if (cudaError_t e = cudaEventRecord(ev, s.stream); e != cudaSuccess) {
+    if (cudaError_t e = cudaEventRecord(ev, streams_[s]); e != cudaSuccess) {
       cudaGetLastError();
       free_events_.push_back(ev);
       return fail_unfenced(s, cuda_msg("cudaEventRecord", e));
     }
-    s.fences.push_back({ev, s.unfenced});
-    s.unfenced = 0;
+    track_.fenced(s, ev);
     return 0;
   }
   // Copies already issued but without an event: wait for the stream (bounded by the GPU, this is
   // an error path) and complete them as failed, since we cannot tell when their data landed.
-  int fail_unfenced(CopyStream& s, const std::string& why) {
-    cudaStreamSynchronize(s.stream);
-    for (; s.unfenced; --s.unfenced) {
-      done_.push_back({s.ops.back().context, -EIO});
-      s.ops.pop_back();
-    }
+  int fail_unfenced(uint32_t s, const std::string& why) {
+    cudaStreamSynchronize(streams_[s]);
+    track_.fail_unfenced(s, -EIO);
     return fail(-EIO, "cannot track copy completion: " + why);
   }
 
-  // Moves every copy whose fence has fired on to immediate delivery (or straight to done).
+  // Moves every copy whose event has fired on to immediate delivery (or straight to done); the
+  // copies behind a failed event complete with -EIO.
   void reap_copies() {
-    for (auto& s : streams_) {
-      while (!s.fences.empty()) {
-        Fence f = s.fences.front();
-        cudaError_t e = cudaEventQuery(f.event);
-        if (e == cudaErrorNotReady) break;
-        int status = 0;
-        if (e != cudaSuccess) {
+    track_.reap(
+        [this](cudaEvent_t ev) {
+          const cudaError_t e = cudaEventQuery(ev);
+          if (e == cudaErrorNotReady) return 0;
+          if (e == cudaSuccess) return 1;
           cudaGetLastError();
-          status = -EIO;
           fail(-EIO, "copy to a peer failed: " + cuda_msg("cudaEventQuery", e));
-        }
-        for (uint32_t i = 0; i < f.n_ops; ++i) {
-          Op op = s.ops.front();
-          s.ops.pop_front();
-          if (status)
-            done_.push_back({op.context, status});  // no immediate: the data may not be there
-          else
-            finish_copy(op);
-        }
-        s.fences.pop_front();
-        free_events_.push_back(f.event);
-      }
-    }
+          return -EIO;
+        },
+        [this](cudaEvent_t ev) { free_events_.push_back(ev); }, push_imm());
   }
 
   // The op's data is in place: its immediate may now go (queued behind earlier ones to that peer).
-  void finish_copy(const Op& op) {
-    if (!op.has_imm) {
-      done_.push_back({op.context, 0});
-      return;
-    }
-    pending_imms_[op.dst].push_back(op);
-    flush_imms(op.dst);
-  }
-  void flush_imms(uint32_t peer) {
-    auto& q = pending_imms_[peer];
-    // The ring's release store of head publishes the immediate after this thread observed the
-    // copy's event as complete, so the peer that acquires it finds the data in its memory.
-    while (!q.empty() && outbox_[peer]->push(opt_.rank, q.front().imm)) {
-      done_.push_back({q.front().context, 0});
-      q.pop_front();
-    }
-  }
+  void finish_copy(const CopyOp& op) { track_.in_place(op, push_imm()); }
+  // The ring's release store of head publishes the immediate after this thread observed the
+  // copy's event as complete, so the peer that acquires it finds the data in its memory.
+  struct PushImm {
+    CudaIpcTransport* t;
+    bool operator()(uint32_t peer, uint32_t imm) const { return t->outbox_[peer]->push(t->opt_.rank, imm); }
+  };
+  PushImm push_imm() { return PushImm{this}; }
 
   CudaIpcConfig opt_;
   std::string where_ = where();
@@ -559,21 +573,25 @@ class CudaIpcTransport final : public Transport {
   std::string last_error_;
   bool connected_ = false;
   bool host_exported_ = false;  // a host region was registered: peers write it via process_vm_writev
-  std::vector<CopyStream> streams_;
-  size_t next_stream_ = 0;
+  Tracker track_;               // every posted operation until its completion is taken
+  std::vector<cudaStream_t> streams_;
+  uint32_t next_stream_ = 0;
   std::vector<cudaEvent_t> free_events_;
-  RegionTable regions_{opt_.num_ranks};                        // bounds of local and imported regions
-  std::vector<WireRegion> exported_;                           // [local MrId]: what export_mr hands out
-  std::vector<bool> local_host_;                               // [local MrId]: host memory
+  std::vector<void*> batch_dsts_;  // scratch for the batch call, [max_outstanding]
+  std::vector<void*> batch_srcs_;
+  std::vector<size_t> batch_sizes_;
+  bool issue_error_ = false;             // an issue inside post_writes failed; the next poll() returns -EIO
+  bool batch_api_ = true;                // cudaMemcpyBatchAsync in use (off: not asked for, or refused)
+  RegionTable regions_{opt_.num_ranks};  // bounds of local and imported regions
+  std::vector<WireRegion> exported_;     // [local MrId]: what export_mr hands out
+  std::vector<bool> local_host_;         // [local MrId]: host memory
   std::vector<std::vector<bool>> remote_cma_{opt_.num_ranks};  // [peer][remote MrId]: host memory of another process
   std::vector<std::vector<void*>> ipc_mappings_;               // [peer][remote MrId]: to close at teardown
   std::vector<WireAddress> peers_;
   ImmInbox inbox_;
   std::vector<ImmInbox> peer_inboxes_;
-  std::vector<ImmInbox*> outbox_;             // outbox_[r]: where immediates for rank r go (own inbox for r == rank)
-  std::vector<std::deque<Op>> pending_imms_;  // per peer: data in place, waiting for inbox room
-  std::deque<Completion> done_;
-  uint32_t outstanding_ = 0;  // posted and not yet returned by poll()
+  std::vector<ImmInbox*> outbox_;  // outbox_[r]: where immediates for rank r go (own inbox for r == rank)
+  uint32_t outstanding_ = 0;       // posted and not yet returned by poll()
 };
 
 }  // namespace

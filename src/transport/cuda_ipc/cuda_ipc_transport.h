@@ -1,7 +1,8 @@
 // anyep/src/transport/cuda_ipc/cuda_ipc_transport.h — a GPUDirect-RDMA NIC stand-in for processes
 // of one host. Registered GPU memory is shared through CUDA IPC; a write is a copy-engine copy
-// (cudaMemcpyAsync on streams this endpoint owns, posted by the proxy thread); its completion is a
-// CUDA event, checked with cudaEventQuery in poll(); the immediate goes to the peer through a
+// on streams this endpoint owns: post_writes only queues it; poll() issues what was queued since
+// the last poll (one cudaMemcpyBatchAsync and one CUDA event for all of it) and checks earlier
+// events with cudaEventQuery; the immediate goes to the peer through a
 // shared-memory ring only after that event has fired, so the peer sees data before immediate.
 // Like EFA: no ordering between writes (several streams), no atomics, 32-bit immediates.
 // Host memory can be registered too (the proxy's signal records live there): peers in other
@@ -23,8 +24,11 @@ struct CudaIpcConfig {
   int device = 0;                   // CUDA device of this endpoint; its registrations must live there
   uint32_t max_outstanding = 1024;  // writes + immediates posted but not yet completed (-EAGAIN beyond)
   uint32_t imm_slots = 4096;        // immediates per (src, dst) shared-memory ring (power of two)
-  uint32_t num_streams = 2;         // copy streams, used round robin per post call
-  double teardown_timeout_s = 10;   // destructor: longest wait for copies still in flight
+  uint32_t num_streams = 2;         // copy streams, used round robin per issued batch
+  // The copies queued between two polls go with one cudaMemcpyBatchAsync (CUDA 12.8+ runtime and
+  // driver) when true; false, or a runtime that refuses it: one cudaMemcpyAsync per copy.
+  bool batch_copies = true;
+  double teardown_timeout_s = 10;  // destructor: longest wait for copies still in flight
 };
 
 // Creates the endpoint (its copy streams, events and its shared-memory inbox). Throws

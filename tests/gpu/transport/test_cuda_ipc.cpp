@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -252,6 +253,80 @@ TEST(CudaIpcTransport, OutstandingLimitGivesEagainUntilPolled) {
   Polled r = poll_for(*j.t[1], 5000, 0, 5);
   EXPECT_EQ(r.imms.size(), 5u);
 }
+
+// Many small writes between polls: they are queued and issued together (one batch call where
+// the runtime has cudaMemcpyBatchAsync, else one copy each; both are run). Every write's bytes
+// are checked the moment its immediate arrives (an immediate that overtook its copy fails), every
+// immediate and every completion exactly once, then every byte of the target (no stray write).
+class CudaIpcBatched : public ::testing::TestWithParam<bool> {};
+TEST_P(CudaIpcBatched, SmallWritesBetweenPollsLandBeforeTheirImmediates) {
+  REQUIRE_GPUS(1);
+  cuda_ipc::CudaIpcConfig o;
+  o.batch_copies = GetParam();
+  o.max_outstanding = 512;
+  constexpr uint32_t kN = 3000, kSlot = 8192;
+  constexpr size_t kSend = 1 << 20, kRecv = size_t{kN} * kSlot;
+  Job j = make_job({0, gpu_count() >= 2 ? 1 : 0}, o, kSend, kRecv);
+  std::vector<uint8_t> src(kSend);
+  for (size_t i = 0; i < kSend; ++i) src[i] = test::pattern(0, i);
+  cudaSetDevice(0);
+  ASSERT_EQ(cudaMemcpy(j.send[0].get(), src.data(), kSend, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<WriteDesc> w(kN);
+  for (uint32_t i = 0; i < kN; ++i) {
+    const uint64_t r = test::mix64(i), len = 1 + r % 7168, so = (r >> 20) % (kSend - len);
+    w[i] = {1, 0, so, 1, uint64_t{i} * kSlot, len, true, i, 1000000 + i};
+  }
+  Transport& t = *j.t[0];
+  Transport& peer = *j.t[1];
+  std::vector<int> imm_seen(kN, 0), comp_seen(kN, 0);
+  std::vector<uint8_t> got(kSlot);
+  size_t next = 0, comps = 0, imms = 0;
+  std::string bad;
+  Completion cq[64];
+  ImmEvent iq[64];
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((comps < kN || imms < kN) && bad.empty() && std::chrono::steady_clock::now() < end) {
+    if (next < kN) {  // bursts of 1..300 writes per post_writes, then one poll (a proxy's loop)
+      size_t posted = 0;
+      const int rc = t.post_writes(&w[next], std::min<size_t>(kN - next, 1 + test::mix64(next) % 300), &posted);
+      ASSERT_TRUE(rc == 0 || rc == -EAGAIN) << t.last_error();
+      next += posted;
+    }
+    size_t nc = 0, ni = 0;
+    ASSERT_EQ(t.poll(cq, 64, &nc, iq, 64, &ni), 0) << t.last_error();
+    for (size_t k = 0; k < nc; ++k) {
+      ASSERT_EQ(cq[k].status, 0) << t.last_error();
+      ASSERT_GE(cq[k].context, 1000000u);
+      ASSERT_LT(cq[k].context, 1000000u + kN);
+      ++comp_seen[cq[k].context - 1000000], ++comps;
+    }
+    ASSERT_EQ(peer.poll(cq, 64, &nc, iq, 64, &ni), 0) << peer.last_error();
+    for (size_t k = 0; k < ni; ++k) {
+      const uint32_t i = iq[k].imm;
+      ASSERT_LT(i, kN);
+      ++imm_seen[i], ++imms;
+      ASSERT_EQ(cudaMemcpy(got.data(), j.recv[1].get() + w[i].remote_offset, w[i].length, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      if (std::memcmp(got.data(), src.data() + w[i].local_offset, w[i].length) != 0)
+        bad = "immediate " + std::to_string(i) + " arrived before its data";
+    }
+  }
+  EXPECT_EQ(bad, "");
+  EXPECT_EQ(comps, kN);
+  EXPECT_EQ(imms, kN);
+  for (uint32_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(imm_seen[i], 1) << "immediate " << i;
+    ASSERT_EQ(comp_seen[i], 1) << "completion " << i;
+  }
+  const std::vector<uint8_t> all = to_host(j.recv[1].get(), kRecv);
+  for (uint32_t i = 0; i < kN; ++i)
+    for (uint64_t b = 0; b < kSlot; ++b) {
+      const uint8_t want = b < w[i].length ? src[w[i].local_offset + b] : test::kRecvFill;
+      ASSERT_EQ(all[uint64_t{i} * kSlot + b], want) << "write " << i << " byte " << b;
+    }
+}
+INSTANTIATE_TEST_SUITE_P(CopyPath, CudaIpcBatched, ::testing::Values(true, false),
+                         [](const auto& i) { return i.param ? std::string("batch_api") : std::string("one_by_one"); });
 
 // A peer that does not poll fills its inbox: immediates wait at the sender (never dropped) and
 // their operations stay incomplete until the peer drains; each arrives exactly once.

@@ -1,7 +1,7 @@
 // C API groups across real processes, GPU-free (cfg->device = ANYEP_DEVICE_NONE): created and
-// destroyed collectively over the built-in TCP store and over an allgather callback; every rank
-// names the rank whose configuration differs; a rank that never comes and a rank gone before
-// destroy end in an error naming it, within the configured timeout.
+// destroyed collectively over the built-in TCP store and over an allgather callback, with LL, HT
+// or both in their mode; every rank names the rank whose configuration (mode, HT buffer) differs; a rank that never
+// comes and a rank gone before destroy end in an error naming it, within the configured timeout.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -163,6 +163,74 @@ TEST(CApiGroupMp, EveryRankNamesTheRankWhoseConfigurationDiffers) {
             r.rank == 2 ? "rank 0 was created with hidden=512, 1024 here (rank 2)"
                         : "rank 2 was created with hidden=1024, 512 here (rank " + std::to_string(r.rank) + ")";
         expect_refusal(anyep_group_create(&c, &g), anyepInvalidArgument, want);
+      },
+      no_bootstrap());
+  EXPECT_TRUE(res.ok()) << res.summary();
+}
+
+// GPU-free groups with HT in their mode: created collectively, an HT handle (every check of the
+// layout and the counts exchange), its dispatch refused only for the missing GPU, destroyed.
+TEST(CApiGroupMp, HtGroupsCreateAndDestroy) {
+  for (anyep_mode_t mode : {ANYEP_MODE_HT, ANYEP_MODE_BOTH}) {
+    auto res = run_ranks(
+        3,
+        [mode](Rank& r) {
+          static unsigned char fake[64];
+          anyep_config_t c = tcp_config(r);
+          c.mode = mode;
+          anyep_group_t g = nullptr;
+          anyepStatus s = anyep_group_create(&c, &g);
+          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          auto t = [](anyep_dtype_t dtype, int64_t a, int64_t b) {
+            anyep_tensor_t x;
+            std::memset(&x, 0, sizeof x);
+            x.data = fake;
+            x.dtype = dtype;
+            x.ndim = 2;
+            x.shape[0] = a;
+            x.shape[1] = b;
+            return x;
+          };
+          const anyep_tensor_t idx = t(ANYEP_INT64, 8, 2), x = t(ANYEP_BFLOAT16, 8, 512), w = t(ANYEP_FLOAT32, 8, 2);
+          const anyep_tensor_t rx = t(ANYEP_BFLOAT16, 5, 512), ri = t(ANYEP_INT64, 5, 2), rw = t(ANYEP_FLOAT32, 5, 2);
+          anyep_handle_t h = nullptr;
+          s = anyep_ht_handle_create(g, &idx, nullptr, nullptr, &h);
+          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          expect_refusal(anyep_ht_dispatch(h, &x, nullptr, &w, &rx, nullptr, &ri, &rw, nullptr), anyepUnsupported,
+                         "no GPU");
+          s = anyep_handle_destroy(h);
+          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          s = anyep_group_destroy(g);
+          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+        },
+        no_bootstrap());
+    EXPECT_TRUE(res.ok()) << "mode " << mode << "\n" << res.summary();
+  }
+}
+
+TEST(CApiGroupMp, EveryRankNamesTheRankWhoseModeOrHtBufferDiffers) {
+  auto res = run_ranks(
+      2,
+      [](Rank& r) {
+        anyep_config_t c = tcp_config(r);
+        c.mode = r.rank == 1 ? ANYEP_MODE_LL : ANYEP_MODE_BOTH;
+        anyep_group_t g = nullptr;
+        expect_refusal(anyep_group_create(&c, &g), anyepInvalidArgument,
+                       r.rank == 1 ? "rank 0 was created with mode=ANYEP_MODE_BOTH, ANYEP_MODE_LL here (rank 1)"
+                                   : "rank 1 was created with mode=ANYEP_MODE_LL, ANYEP_MODE_BOTH here (rank 0)");
+      },
+      no_bootstrap());
+  EXPECT_TRUE(res.ok()) << res.summary();
+  res = run_ranks(
+      2,
+      [](Rank& r) {
+        anyep_config_t c = tcp_config(r);
+        c.mode = ANYEP_MODE_HT;
+        if (r.rank == 1) c.ht_buffer_bytes = 64 << 20;
+        anyep_group_t g = nullptr;
+        expect_refusal(anyep_group_create(&c, &g), anyepInvalidArgument,
+                       r.rank == 1 ? "rank 0 was created with ht_buffer_bytes="
+                                   : "rank 1 was created with ht_buffer_bytes=67108864");
       },
       no_bootstrap());
   EXPECT_TRUE(res.ok()) << res.summary();

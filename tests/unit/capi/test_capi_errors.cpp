@@ -192,10 +192,35 @@ struct ConfigCase {
 TEST(CApi, EveryConfigFieldIsChecked) {
   const ConfigCase cases[] = {
       {"mode out of enum", [](anyep_config_t& c) { set_raw(c.mode, 7); }, anyepInvalidArgument, {"cfg->mode is 7"}},
-      {"HT mode",
-       [](anyep_config_t& c) { c.mode = ANYEP_MODE_HT; },
+      {"HT mode past 16 ranks",
+       [](anyep_config_t& c) {
+         c.mode = ANYEP_MODE_HT;
+         c.num_ranks = 17;
+         c.num_experts = 34;
+       },
        anyepUnsupported,
-       {"ANYEP_MODE_HT", "not supported yet"}},
+       {"cfg->num_ranks is 17", "ANYEP_MODE_HT", "at most 16 ranks"}},
+      {"HT buffer below its control data",
+       [](anyep_config_t& c) {
+         c.mode = ANYEP_MODE_BOTH;
+         c.ht_buffer_bytes = 4096;
+       },
+       anyepInvalidArgument,
+       {"cfg->ht_buffer_bytes is 4096", "HT control data"}},
+      {"HT hidden not a multiple of 128",
+       [](anyep_config_t& c) {
+         c.mode = ANYEP_MODE_HT;
+         c.hidden = 200;
+       },
+       anyepInvalidArgument,
+       {"cfg->hidden is 200", "high-throughput"}},
+      {"HT experts per rank past 1024",
+       [](anyep_config_t& c) {
+         c.mode = ANYEP_MODE_HT;
+         c.num_experts = 1025;
+       },
+       anyepInvalidArgument,
+       {"cfg->num_experts is 1025", "at most 1024"}},
       {"no ranks", [](anyep_config_t& c) { c.num_ranks = 0; }, anyepInvalidArgument, {"cfg->num_ranks is 0"}},
       {"rank past the end",
        [](anyep_config_t& c) { c.rank = 1; },
@@ -385,8 +410,8 @@ TEST_F(GpuFree, HandleRoutingIsChecked) {
   EXPECT_TRUE(
       refused(anyep_handle_create(group, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument, {"topk_idx.device is -1"}));
   idx = tensor(ANYEP_INT64, {4, 2});
-  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_HT, &idx, &h), anyepUnsupported,
-                      {"ANYEP_MODE_HT", "not supported yet"}));
+  EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_HT, &idx, &h), anyepInvalidArgument,
+                      {"ANYEP_MODE_HT", "anyep_ht_handle_create"}));
   EXPECT_TRUE(refused(reinterpret_cast<HandleCreateC>(&anyep_handle_create)(group, 5, &idx, &h), anyepInvalidArgument,
                       {"mode is 5"}));
   EXPECT_EQ(h, nullptr);
@@ -490,15 +515,18 @@ TEST(CApi, DispatchOutputShapes) {
   }
 }
 
-TEST(CApi, BothModeGroupRefusesHtHandles) {
+TEST(CApi, BothModeGroupServesBothModes) {
   anyep_config_t c = gpu_free_config();
   c.mode = ANYEP_MODE_BOTH;
   anyep_group_t g = nullptr;
   ASSERT_EQ(anyep_group_create(&c, &g), anyepSuccess) << anyep_get_last_error();
   anyep_tensor_t idx = tensor(ANYEP_INT64, {4, 2});
-  anyep_handle_t h = nullptr;
-  EXPECT_TRUE(refused(anyep_handle_create(g, ANYEP_MODE_HT, &idx, &h), anyepUnsupported, {"not supported yet"}));
+  anyep_handle_t h = nullptr, ht = nullptr;
+  EXPECT_TRUE(refused(anyep_handle_create(g, ANYEP_MODE_HT, &idx, &h), anyepInvalidArgument,
+                      {"HT handles come from anyep_ht_handle_create"}));
   ASSERT_EQ(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepSuccess) << anyep_get_last_error();
+  ASSERT_EQ(anyep_ht_handle_create(g, &idx, nullptr, nullptr, &ht), anyepSuccess) << anyep_get_last_error();
+  EXPECT_EQ(anyep_handle_destroy(ht), anyepSuccess);
   EXPECT_EQ(anyep_handle_destroy(h), anyepSuccess);
   EXPECT_EQ(anyep_group_destroy(g), anyepSuccess);
 }

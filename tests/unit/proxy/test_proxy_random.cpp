@@ -8,8 +8,10 @@
 #include <exception>
 #include <thread>
 
+#include "batch_cutter.h"
 #include "common/error.h"
 #include "testkit/local_cluster.h"
+#include "testkit/tsan_transport.h"
 #include "testkit/workload.h"
 #include "transport/chaos/chaos_transport.h"
 
@@ -23,7 +25,8 @@ struct Case {
   uint32_t ranks, threads, producers;
   int ordering;
   uint64_t seed;
-  uint32_t signal_slots = 16;  // small: exercises credit flow control
+  uint32_t signal_slots = 16;     // small: exercises credit flow control
+  bool ht_unfenced_tail = false;  // negative control: the run must report a data violation
 };
 
 void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
@@ -33,7 +36,11 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
   w.producers = c.producers;
   w.ll_rounds = 40;
   w.ht_chunks = 80;
-  w.timeout_s = 30;
+  // The negative control ends with the other ranks waiting for acks the failed observer no longer
+  // sends: a short limit ends them (the violation, found first, is what is reported).
+  // (TSan runs ~10x slower: a limit that leaves the violation time to be found first.)
+  w.timeout_s = c.ht_unfenced_tail ? (tsan_build() ? 20 : 2) : 30;
+  w.ht_unfenced_tail = c.ht_unfenced_tail;
   LocalClusterConfig lc;
   lc.ranks = c.ranks;
   lc.threads = c.threads;
@@ -63,6 +70,20 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
       }
     });
   for (auto& t : th) t.join();
+  if (c.ht_unfenced_tail) {
+    // Without the fence some tail must overtake its chunk's bytes, and the observer must say so.
+    std::string found;
+    if (auto e = first_by_precedence(errs)) try {
+        std::rethrow_exception(e);
+      } catch (const DataViolation& v) {
+        found = v.what();
+      } catch (const std::exception& x) {
+        ADD_FAILURE() << "expected a data violation, got: " << x.what();
+      }
+    EXPECT_NE(found.find("HT tail"), std::string::npos) << "no HT tail overtook its data: " << found;
+    cl.stop();
+    return;
+  }
   for (uint32_t r = 0; r < c.ranks; ++r)
     if (errs[r]) {
       try {
@@ -93,6 +114,17 @@ EndpointFactory chaos_factory(uint32_t ranks, uint32_t threads, uint64_t seed, u
   };
 }
 
+// The chaos factory's endpoints behind a BatchCutter: every post_writes may be cut short with
+// -EAGAIN and single posts are refused now and then (the proxy retries the rest of a batch).
+EndpointFactory cut_chaos_factory(uint32_t ranks, uint32_t threads, uint64_t seed, uint32_t max_delay,
+                                  std::shared_ptr<anyep::proxy::testing::CutStats> stats) {
+  EndpointFactory inner = chaos_factory(ranks, threads, seed, max_delay);
+  return [=](uint32_t rank, uint32_t thread) -> std::unique_ptr<transport::Transport> {
+    return std::make_unique<anyep::proxy::testing::BatchCutter>(inner(rank, thread), seed * 131 + rank * 7 + thread,
+                                                                anyep::proxy::testing::Cut::kHonest, stats);
+  };
+}
+
 uint64_t base_seed() {
   const char* s = std::getenv("ANYEP_TEST_SEED");  // test-only override to replay a failure
   return s ? std::strtoull(s, nullptr, 0) : 20261122;
@@ -117,6 +149,22 @@ TEST(ProxyRandom, ChaosEngine4Ranks2Threads) {
   run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), seed}, chaos_factory(4, 2, seed, 16));
 }
 
+// The negative control of the HT partial-order fence (kernels/ht_internode_protocol.h): the same
+// chaos run with the tail signals unfenced must be caught (a tail observed before its chunk).
+TEST(ProxyRandom, ChaosUnfencedHtTailIsCaught) {
+  const uint64_t seed = base_seed() + 5;
+  Case c{2, 1, 2, static_cast<int>(Ordering::kAuto), seed};
+  c.ht_unfenced_tail = true;
+  // Long holds (up to 4096 polls): the window in which a tail is visible and its chunk write still
+  // held is wide enough for the observer to look into it on a busy 2-core machine too.
+  run_case(c, chaos_factory(2, 1, seed, 4096));
+}
+// Its positive twin: the same seed and holds with the fence pass, so the fence is what matters.
+TEST(ProxyRandom, ChaosLongHoldsFencedHtTailHolds) {
+  const uint64_t seed = base_seed() + 5;
+  run_case({2, 1, 2, static_cast<int>(Ordering::kAuto), seed}, chaos_factory(2, 1, seed, 4096));
+}
+
 // Four signal slots per peer and long chaos delays: signal records are read far out of order, so
 // credits must only hand back slots below the oldest unread one.
 TEST(ProxyRandom, ChaosTinySignalArea) {
@@ -126,4 +174,13 @@ TEST(ProxyRandom, ChaosTinySignalArea) {
     c.signal_slots = 4;
     run_case(c, chaos_factory(3, 1, seed, 48));
   }
+}
+
+// The workload (every byte and count checked) with WRITE batches cut at random points by -EAGAIN
+// under chaos: a lost or twice-posted write, or a signal overtaking its data, fails it.
+TEST(ProxyRandom, ChaosCutBatches4Ranks2Threads) {
+  const uint64_t seed = base_seed() + 8;
+  auto stats = std::make_shared<anyep::proxy::testing::CutStats>();
+  run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), seed}, cut_chaos_factory(4, 2, seed, 16, stats));
+  EXPECT_GT(stats->cut.load(), 0u);
 }

@@ -1,0 +1,84 @@
+// The C API's HT backend over the CUDA runtime (runtime/ht_buffer.h): the calls the Python
+// extension (python/csrc/ht_ext.cpp) makes, with the C caller's descriptors and stream.
+#include <cuda_runtime_api.h>
+
+#include "capi/collective.h"
+#include "capi/device_guard.h"
+#include "capi/ht_backend.h"
+#include "runtime/ht_buffer.h"
+
+namespace anyep::capi {
+namespace {
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+class CudaHT final : public HTBackend {
+ public:
+  CudaHT(const GroupSpec& spec, int device, transport::Bootstrap& boot) : device_(device) {
+    const std::vector<std::vector<uint8_t>> infos = build_and_exchange(boot, "HT buffer", [&] {
+      DeviceGuard guard(device);
+      buf_ = std::make_unique<runtime::HTBuffer>(spec.rank, spec.num_ranks, spec.ht_bytes, device);
+      return buf_->local_info();
+    });
+    DeviceGuard guard(device);
+    buf_->connect(infos);
+  }
+
+  runtime::HTBufferInfo info() const override { return buf_->info(); }
+
+  void layout(const runtime::HTLayoutIn& in, const runtime::HTLayoutPlan& p, const runtime::TensorRef& ntpr,
+              const runtime::TensorRef& ntpe, const runtime::TensorRef& itir, void* stream) override {
+    DeviceGuard guard(device_);
+    buf_->get_dispatch_layout(in, p, ntpr, ntpe, itir, as_stream(stream));
+  }
+  HTCounts notify(const runtime::HTDispatchIn& in, const runtime::HTDispatchPlan& p, const runtime::TensorRef& rpm,
+                  const runtime::TensorRef& cpm, void* stream) override {
+    DeviceGuard guard(device_);
+    runtime::HTBuffer::Counts c = buf_->notify(in, p, rpm, cpm, as_stream(stream));
+    HTCounts out;
+    out.num_recv = c.num_recv;
+    out.per_expert = std::move(c.per_expert);
+    return out;
+  }
+  void dispatch(const runtime::HTDispatchIn& in, const runtime::HTDispatchPlan& p, int64_t num_recv,
+                const runtime::TensorRef& rpm, const runtime::TensorRef& cpm, const HTOutputs& o,
+                void* stream) override {
+    DeviceGuard guard(device_);
+    runtime::HTDispatchOut out;
+    out.recv_x = o.recv_x;
+    out.recv_x_scales = o.recv_x_scales;
+    out.recv_topk_idx = o.recv_topk_idx;
+    out.recv_topk_weights = o.recv_topk_weights;
+    out.recv_channel_prefix_matrix = o.recv_channel_prefix_matrix;
+    out.recv_src_idx = o.recv_src_idx;
+    out.send_head = o.send_head;
+    buf_->dispatch(in, p, num_recv, rpm, cpm, out, as_stream(stream));
+  }
+  void combine(const runtime::HTCombineIn& in, const runtime::HTCombinePlan& p, const runtime::TensorRef& out,
+               const runtime::TensorRef& out_weights, void* stream) override {
+    DeviceGuard guard(device_);
+    buf_->combine(in, p, out, out_weights, as_stream(stream));
+  }
+  void check_async() override { buf_->check_error(); }
+  void synchronize() override {
+    DeviceGuard guard(device_);
+    cuda_check(cudaDeviceSynchronize(), "anyep", "synchronize before the group's destroy");
+  }
+  void destroy() override {
+    if (!buf_) return;
+    DeviceGuard guard(device_);
+    buf_->destroy();
+  }
+
+ private:
+  int device_;
+  std::unique_ptr<runtime::HTBuffer> buf_;
+};
+
+}  // namespace
+
+std::unique_ptr<HTBackend> make_ht_backend(const GroupSpec& spec, int device, transport::Bootstrap& boot) {
+  return std::make_unique<CudaHT>(spec, device, boot);
+}
+
+}  // namespace anyep::capi
