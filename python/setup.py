@@ -56,7 +56,9 @@ class CMakeBuild(build_ext):
         if configure.returncode != 0:
             raise RuntimeError(f"anyep: CMake configure failed (exit {configure.returncode}); its output is above")
         # What was found, said where pip -v shows it (and checked when asked).
-        summary = [line for line in configure.stdout.splitlines() if line.startswith("-- anyep: CUDA=")]
+        # The summary line is "-- anyep: GPU=<cuda|hip|none> libfabric=<ON|OFF> ..." (CMakeLists.txt).
+        summary = [line for line in configure.stdout.splitlines()
+                   if line.startswith("-- anyep: ") and " libfabric=" in line]
         libfabric = bool(summary) and "libfabric=ON" in summary[-1]
         print(f"anyep setup.py: {summary[-1][3:] if summary else 'no configuration summary from CMake'}")
         print("anyep setup.py: libfabric proxy path " + ("built" if libfabric else
