@@ -12,8 +12,13 @@
 #include <vector>
 
 #include "anyep/anyep.h"
+#include "capi_test_util.h"
 
 namespace {
+
+using capi_test::refused;
+using capi_test::self_allgather;
+using capi_test::tensor;
 
 static_assert(offsetof(anyep_config_t, struct_size) == 0, "struct_size is the first field");
 
@@ -27,11 +32,6 @@ void set_raw(E& field, int32_t v) {
 using HandleCreateC = anyepStatus (*)(anyep_group_t, int32_t, const anyep_tensor_t*, anyep_handle_t*);
 using StatusNameC = const char* (*)(int32_t);
 
-// One-rank allgather: the contribution is the result.
-int self_allgather(const void* send, void* recv, size_t bytes, void*) {
-  std::memcpy(recv, send, bytes);
-  return 0;
-}
 int failing_allgather(const void*, void*, size_t, void*) { return 5; }
 
 // A GPU-free one-rank configuration: E = L = 8 experts, T = 16 tokens, H = 256.
@@ -45,31 +45,6 @@ anyep_config_t gpu_free_config() {
   c.bootstrap.kind = ANYEP_BOOTSTRAP_ALLGATHER;
   c.bootstrap.allgather = self_allgather;
   return c;
-}
-
-// A descriptor of device memory that is never touched (GPU-free calls only check descriptors).
-alignas(256) unsigned char g_fake[64];
-anyep_tensor_t tensor(anyep_dtype_t dtype, std::vector<int64_t> shape, int32_t device = 0) {
-  anyep_tensor_t t;
-  std::memset(&t, 0, sizeof t);
-  t.data = g_fake;
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) t.shape[d] = shape[d];
-  t.device = device;
-  return t;
-}
-
-// Expects `got` == `want` and the thread's last error to contain every piece of `text`.
-::testing::AssertionResult refused(anyepStatus got, anyepStatus want, std::vector<std::string> text) {
-  if (got != want)
-    return ::testing::AssertionFailure() << "status " << anyepStatusName(got) << ", expected " << anyepStatusName(want)
-                                         << " (last error: " << anyep_get_last_error() << ")";
-  const std::string msg = anyep_get_last_error();
-  for (const std::string& t : text)
-    if (msg.find(t) == std::string::npos)
-      return ::testing::AssertionFailure() << "message '" << msg << "' lacks '" << t << "'";
-  return ::testing::AssertionSuccess();
 }
 
 class GpuFree : public ::testing::Test {

@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "anyep/anyep.h"
+#include "capi_test_util.h"
 
 namespace {
 
-static_assert(offsetof(anyep_ht_options_t, struct_size) == 0, "struct_size is the first field");
+using capi_test::refused;
+using capi_test::self_allgather;
+using capi_test::tensor;
 
-int self_allgather(const void* send, void* recv, size_t bytes, void*) {
-  std::memcpy(recv, send, bytes);
-  return 0;
-}
+static_assert(offsetof(anyep_ht_options_t, struct_size) == 0, "struct_size is the first field");
 
 // One rank, E = 8 experts, T = 16 tokens, H = 256.
 anyep_config_t ht_config(anyep_mode_t mode = ANYEP_MODE_HT) {
@@ -31,29 +31,6 @@ anyep_config_t ht_config(anyep_mode_t mode = ANYEP_MODE_HT) {
   c.bootstrap.kind = ANYEP_BOOTSTRAP_ALLGATHER;
   c.bootstrap.allgather = self_allgather;
   return c;
-}
-
-alignas(256) unsigned char g_fake[64];  // descriptors' memory, never touched
-anyep_tensor_t tensor(anyep_dtype_t dtype, std::vector<int64_t> shape, int32_t device = 0) {
-  anyep_tensor_t t;
-  std::memset(&t, 0, sizeof t);
-  t.data = g_fake;
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) t.shape[d] = shape[d];
-  t.device = device;
-  return t;
-}
-
-::testing::AssertionResult refused(anyepStatus got, anyepStatus want, std::vector<std::string> text) {
-  if (got != want)
-    return ::testing::AssertionFailure() << "status " << anyepStatusName(got) << ", expected " << anyepStatusName(want)
-                                         << " (last error: " << anyep_get_last_error() << ")";
-  const std::string msg = anyep_get_last_error();
-  for (const std::string& t : text)
-    if (msg.find(t) == std::string::npos)
-      return ::testing::AssertionFailure() << "message '" << msg << "' lacks '" << t << "'";
-  return ::testing::AssertionSuccess();
 }
 
 class HtGpuFree : public ::testing::Test {
