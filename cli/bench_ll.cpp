@@ -1,12 +1,6 @@
 // anyep bench ll — the LL dispatch/combine benchmark with its NCCL all_to_all baseline
-// (bench/ll/bench_ll.py: torch and 2 GPUs), reported in the CLI's table, JSON and plot; and
-// anyep bench ht, which says that HT mode is not implemented yet.
-#include <sys/stat.h>
-#include <unistd.h>
-#include <cstdio>
+// (bench/ll/bench_ll.py: torch and 2 GPUs), reported in the CLI's table, JSON and plot.
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,7 +9,7 @@
 #include "common/error.h"
 #include "common/parse.h"
 #include "gpus.h"
-#include "process.h"
+#include "python_bench.h"
 #include "report.h"
 
 namespace anyep::cli {
@@ -56,19 +50,6 @@ with open(sys.argv[2], "w") as f:
         f.write("\t".join([k] + [repr(float(res[r][k])) if k in res[r] else "nan" for r in ranks]) + "\n")
 )PY";
 
-std::string read_all(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string find_script() {
-  const std::string p = std::string(ANYEP_SOURCE_DIR) + "/bench/ll/bench_ll.py";
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 ? p : std::string();
-}
-
 }  // namespace
 
 int bench_ll(int argc, char** argv, int first) {
@@ -97,56 +78,18 @@ int bench_ll(int argc, char** argv, int first) {
     read_output_option(out, a, v);
   };
   if (const auto rc = parse_command(cmd, argc, argv, first, "anyep bench ll", each)) return *rc;
-  // What it needs, each refusal saying which is missing.
-  std::string why;
-  const std::vector<Gpu> gpus = list_gpus(&why);
-  if (gpus.size() < 2) {
-    std::fprintf(stderr, "anyep bench ll: cannot run here: needs 2 GPUs, %zu visible%s%s\n", gpus.size(),
-                 why.empty() ? "" : ": ", why.c_str());
-    return kExitCannotRun;
-  }
-  const std::string script = find_script();
-  if (script.empty()) {
-    std::fprintf(stderr,
-                 "anyep bench ll: cannot run here: %s/bench/ll/bench_ll.py is missing (run from the build of "
-                 "a source checkout)\n",
-                 ANYEP_SOURCE_DIR);
-    return kExitCannotRun;
-  }
-  if (run_process({"python3", "-c", "import torch"}, 120, true, true, &why) != 0) {
-    std::fprintf(stderr, "anyep bench ll: cannot run here: python3 cannot import torch\n");
-    return kExitCannotRun;
-  }
-  const std::string raw = temp_file(".json"), tsv = temp_file(".tsv");
-  std::vector<std::string> run = {"python3", script, "--json", raw};
-  run.insert(run.end(), pass.begin(), pass.end());
-  std::fprintf(stderr, "[anyep bench ll] running %s (its progress and table follow on stderr)\n", script.c_str());
-  const int rc = run_process(run, timeout_s, true, false, &why);
-  const int conv = rc == 0 ? run_process({"python3", "-c", kToTable, raw, tsv}, 120, true, false, &why) : -1;
-  const std::string raw_json = read_all(raw), table = read_all(tsv);
-  ::unlink(raw.c_str());
-  ::unlink(tsv.c_str());
-  if (rc != 0 || conv != 0 || table.empty()) {
-    std::fprintf(stderr, "anyep bench ll: FAILED: %s\n",
-                 rc != 0 ? (rc < 0 ? why : "bench_ll.py exited with " + std::to_string(rc)).c_str()
-                         : "its results could not be read");
-    return kExitFailed;
-  }
+  PythonBenchRun run;
+  if (const int rc = run_python_bench("anyep bench ll", "bench/ll/bench_ll.py", 2, pass, timeout_s, kToTable, &run))
+    return rc;
   Report r;
   r.bench = "ll";
   r.title = "LL dispatch/combine (bench/ll/bench_ll.py), medians in us (GB/s where named), by rank";
   for (size_t i = 0; i + 1 < pass.size(); i += 2) r.config.set(pass[i].substr(2), pass[i + 1]);
-  r.results = Json::raw(raw_json.empty() ? "null" : raw_json);
-  std::istringstream lines(table);
-  std::string line;
+  r.results = Json::raw(run.raw_json.empty() ? "null" : run.raw_json);
   bool header = true;
   Plot plot{"LL dispatch and combine (rank 0)", "path", "us", false, false, {}};
   Series dispatch{"dispatch", {}, {}}, combine{"combine", {}, {}};
-  while (std::getline(lines, line)) {
-    std::vector<std::string> f;
-    std::istringstream cells(line);
-    for (std::string c; std::getline(cells, c, '\t');) f.push_back(c);
-    if (f.empty()) continue;
+  for (const std::vector<std::string>& f : table_cells(run.table)) {
     if (header) {
       r.table.columns = f;
       header = false;
@@ -168,17 +111,6 @@ int bench_ll(int argc, char** argv, int first) {
   if (!dispatch.y.empty()) r.plots.push_back(plot);
   r.notes.push_back("DeepEP on 2 x H200 (DESIGN.md s5): dispatch 28.7 us, combine 40.4 us");
   return emit(r, out, join_args(argc, argv)) ? kExitOk : kExitFailed;
-}
-
-int bench_ht(int argc, char** argv, int first) {
-  static const Command c{"anyep bench ht [options]",
-                         "High-throughput (HT) dispatch/combine. HT mode is not implemented yet (it is being built);\n"
-                         "this command will run its benchmark once it lands.",
-                         {},
-                         "exit status: 77 (cannot run: HT mode is not implemented yet), 2 bad command line\n"};
-  if (const auto rc = parse_command(c, argc, argv, first, "anyep bench ht", [](auto&, auto&) {})) return *rc;
-  std::fprintf(stderr, "anyep bench ht: cannot run: high-throughput mode is not implemented yet\n");
-  return kExitCannotRun;
 }
 
 }  // namespace anyep::cli

@@ -270,7 +270,9 @@ Json paths_json(const Json& transports, size_t gpus) {
   } else {
     lines.push_back("every peer: the CPU proxy over the cuda-ipc transport (copy engines; emulated multi-node)");
   }
-  lines.push_back("high-throughput (HT) mode: not implemented yet");
+  lines.push_back(
+      "high-throughput (HT) mode: ranks on this host over direct stores (CUDA IPC); ranks on other hosts: "
+      "not built yet (internode HT)");
   Json a = Json::array();
   for (const std::string& s : lines) a.push(s);
   p.set("ll_buffer", a);

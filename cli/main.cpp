@@ -19,11 +19,11 @@ constexpr const char* kHelp =
     "  bench proxy       the CPU proxy pipeline across local processes (no GPU; the README's main job)\n"
     "  bench transport   the transport between two local processes: latency and bandwidth by message size\n"
     "  bench ll          LL dispatch/combine against an NCCL baseline (2 GPUs, torch: bench/ll/bench_ll.py)\n"
-    "  bench ht          high-throughput mode (not implemented yet)\n"
+    "  bench ht          high-throughput (intranode) dispatch/combine, SM sweep, NCCL baseline (needs a GPU)\n"
     "  version           the version\n"
     "\n"
     "every bench prints a results table; --json prints it as JSON on stdout, --plot FILE.png draws it\n"
-    "exit status: 0 ok, 1 failed, 2 bad command line, 77 cannot run here (no GPU, not built, not implemented)\n";
+    "exit status: 0 ok, 1 failed, 2 bad command line, 77 cannot run here (no GPU, not built)\n";
 
 constexpr const char* kBenchHelp =
     "usage: anyep bench ll|ht|proxy|transport [options]   (anyep bench <which> --help for each)\n";

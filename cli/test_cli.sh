@@ -3,7 +3,7 @@
 #   bash cli/test_cli.sh <anyep> <anyep_main>
 # Every subcommand answers --help; bad command lines exit 2 naming the problem; `info` and
 # `bench proxy|transport --json` work without a GPU and print valid JSON with the results;
-# `bench ht` (and `bench ll` without 2 GPUs) exit 77; --plot needs matplotlib (a PNG where it exists).
+# `bench ll` without 2 GPUs and `bench ht` without a GPU exit 77; --plot needs matplotlib (a PNG where it exists).
 set -u
 ANYEP=$1
 MAIN=$2
@@ -54,7 +54,7 @@ check "transport provider" 2 "accepted: shm, tcp, efa, verbs, cxi, libfabric" "$
 check "transport sizes" 2 "--min=4096 is larger than --max=64" "$ANYEP" bench transport --min 4096 --max 64
 check "info option" 2 "unknown option --bogus" "$ANYEP" info --bogus
 check "info stray argument" 2 "unexpected argument 'x'" "$ANYEP" info x
-check "bench ht" 77 "not implemented yet" "$ANYEP" bench ht
+check "bench ht bad sweep" 2 "--sweep" "$ANYEP" bench ht --sweep 8,x
 check "bad environment variable" 2 "ANYEP_LL_PATH" env ANYEP_LL_PATH=sideways "$ANYEP" info
 
 check "anyep info" 0 "transports anyep can open here" "$ANYEP" info
@@ -76,6 +76,11 @@ if [ "$gpus" -lt 2 ]; then
   check "bench ll without 2 GPUs" 77 "needs 2 GPUs" "$ANYEP" bench ll
 else
   echo "skipped: bench ll's refusal (this machine has $gpus GPUs; scripts/device runs the benchmark)"
+fi
+if [ "$gpus" -lt 1 ]; then
+  check "bench ht without a GPU" 77 "needs 1 GPU, 0 visible" "$ANYEP" bench ht
+else
+  echo "skipped: bench ht's refusal (this machine has $gpus GPUs; scripts/device runs the benchmark)"
 fi
 if python3 -c "import matplotlib" 2>/dev/null; then
   check "--plot" 0 "plot: $tmp/t.png" "$ANYEP" bench transport --providers shm --min 64 --max 256 \
