@@ -88,8 +88,10 @@ TEST(WorkloadPrecedence, BypassOnChaosFailsWithTheCorruptionMessage) {
   lc.proxy.ordering = Ordering::kBypass;  // the deliberate fault: wrong on an unordered transport
   lc.proxy.timeout_ns = 4'000'000'000ull;
   // Whether a signal overtakes its writes depends on thread timing as well as on the chaos seed
-  // (under TSan one seed ran clean, and once in a loaded CI run five did): up to twelve seeds with
-  // growing delays, and the fault must show in one of them.
+  // (under TSan one seed ran clean, and once in a loaded CI run five did; with holds of 64-256 polls
+  // a loaded run once passed all twelve): up to twelve seeds with long holds (1024-4096 polls, so
+  // the window in which a counter has moved and its bytes are still held is wide), and the fault
+  // must show in one of them.
   std::exception_ptr chosen;
   std::vector<std::exception_ptr> errs;
   for (uint64_t attempt = 0; attempt < 12 && !chosen; ++attempt) {
@@ -97,7 +99,7 @@ TEST(WorkloadPrecedence, BypassOnChaosFailsWithTheCorruptionMessage) {
     lc.endpoints = [&](uint32_t rank, uint32_t thread) {
       transport::chaos::ChaosConfig cc;
       cc.seed = 991 + attempt * 7919 + rank * 101 + thread;
-      cc.max_delay = 64u << (attempt % 3);
+      cc.max_delay = 1024u << (attempt % 3);
       return transport::chaos::make_chaos_transport(inner(rank, thread), cc);
     };
     errs = run_ranks(w, lc);
