@@ -19,6 +19,20 @@ inline int self_allgather(const void* send, void* recv, size_t bytes, void*) {
   return 0;
 }
 
+// A GPU-free one-rank group of `mode`: E = L = 8 experts, T = 16 tokens, H = 256.
+inline anyep_config_t one_rank_config(anyep_mode_t mode) {
+  anyep_config_t c;
+  anyep_config_init(&c);
+  c.mode = mode;
+  c.device = ANYEP_DEVICE_NONE;
+  c.num_experts = 8;
+  c.max_tokens_per_rank = 16;
+  c.hidden = 256;
+  c.bootstrap.kind = ANYEP_BOOTSTRAP_ALLGATHER;
+  c.bootstrap.allgather = self_allgather;
+  return c;
+}
+
 alignas(256) inline unsigned char g_fake[64];
 inline anyep_tensor_t tensor(anyep_dtype_t dtype, std::vector<int64_t> shape, int32_t device = 0) {
   anyep_tensor_t t;

@@ -17,7 +17,6 @@
 namespace {
 
 using capi_test::refused;
-using capi_test::self_allgather;
 using capi_test::tensor;
 
 static_assert(offsetof(anyep_config_t, struct_size) == 0, "struct_size is the first field");
@@ -34,18 +33,7 @@ using StatusNameC = const char* (*)(int32_t);
 
 int failing_allgather(const void*, void*, size_t, void*) { return 5; }
 
-// A GPU-free one-rank configuration: E = L = 8 experts, T = 16 tokens, H = 256.
-anyep_config_t gpu_free_config() {
-  anyep_config_t c;
-  anyep_config_init(&c);
-  c.device = ANYEP_DEVICE_NONE;
-  c.num_experts = 8;
-  c.max_tokens_per_rank = 16;
-  c.hidden = 256;
-  c.bootstrap.kind = ANYEP_BOOTSTRAP_ALLGATHER;
-  c.bootstrap.allgather = self_allgather;
-  return c;
-}
+anyep_config_t gpu_free_config() { return capi_test::one_rank_config(ANYEP_MODE_LL); }
 
 class GpuFree : public ::testing::Test {
  protected:

@@ -14,24 +14,11 @@
 namespace {
 
 using capi_test::refused;
-using capi_test::self_allgather;
 using capi_test::tensor;
 
 static_assert(offsetof(anyep_ht_options_t, struct_size) == 0, "struct_size is the first field");
 
-// One rank, E = 8 experts, T = 16 tokens, H = 256.
-anyep_config_t ht_config(anyep_mode_t mode = ANYEP_MODE_HT) {
-  anyep_config_t c;
-  anyep_config_init(&c);
-  c.mode = mode;
-  c.device = ANYEP_DEVICE_NONE;
-  c.num_experts = 8;
-  c.max_tokens_per_rank = 16;
-  c.hidden = 256;
-  c.bootstrap.kind = ANYEP_BOOTSTRAP_ALLGATHER;
-  c.bootstrap.allgather = self_allgather;
-  return c;
-}
+anyep_config_t ht_config(anyep_mode_t mode = ANYEP_MODE_HT) { return capi_test::one_rank_config(mode); }
 
 class HtGpuFree : public ::testing::Test {
  protected:
