@@ -37,6 +37,26 @@ struct Unsupported : Error {
   explicit Unsupported(const std::string& w) : Error(anyepUnsupported, w) {}
 };
 
+// Throws the class that maps to `status` (InternalError for a status with no class of its own):
+// how an error recorded as (status, message) on one thread is raised on another, or re-raised
+// with more context, keeping the type callers catch.
+[[noreturn]] inline void throw_status(anyepStatus status, const std::string& what) {
+  switch (status) {
+    case anyepInvalidArgument:
+      throw InvalidArgument(what);
+    case anyepTimeout:
+      throw TimeoutError(what);
+    case anyepTransportError:
+      throw TransportError(what);
+    case anyepCudaError:
+      throw CudaError(what);
+    case anyepUnsupported:
+      throw Unsupported(what);
+    default:
+      throw InternalError(what);
+  }
+}
+
 // "file:line: message" helper for internal invariants.
 #define ANYEP_CHECK(cond, ...)                                                                \
   do {                                                                                        \

@@ -23,18 +23,7 @@ void AsyncError::raise_if_set() const {
   std::string m = message();
   const uint64_t n = count();
   if (n > 1) m += " (and " + std::to_string(n - 1) + " later error(s))";
-  switch (s) {
-    case anyepInvalidArgument:
-      throw InvalidArgument(m);
-    case anyepTimeout:
-      throw TimeoutError(m);
-    case anyepTransportError:
-      throw TransportError(m);
-    case anyepUnsupported:
-      throw Unsupported(m);
-    default:
-      throw InternalError(m);
-  }
+  throw_status(s, m);
 }
 
 }  // namespace anyep::proxy

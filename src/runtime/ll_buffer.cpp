@@ -257,6 +257,9 @@ void LowLatencyBuffer::launch(ll::CombineArgs a, int phases, cudaStream_t stream
 
 void LowLatencyBuffer::clean() {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
+  // A failed proxy path cannot be cleaned (LLProxyLink::check says why): raise its error here
+  // rather than zero the counters and let the next call fail with the old message.
+  if (proxy_) proxy_->check();
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(cudaDeviceSynchronize(), "synchronize before clean");
   // Signals live in a fixed area at the start of the buffer (ll_layout.h), whatever the shape; the

@@ -92,7 +92,18 @@ ll::ProxyPath LLProxyLink::path() const {
   return p;
 }
 
-void LLProxyLink::check() const { proxy_->check(); }
+// A proxy error stays: the transport's in-flight state and the ordering engine's are unknown
+// after it, so clean() (which zeroes the kernels' side) cannot make the path safe again. Say so
+// in the message, keeping the error's type.
+void LLProxyLink::check() const {
+  try {
+    proxy_->check();
+  } catch (const Error& e) {
+    throw_status(e.status(), std::string(e.what()) +
+                                 " [the LL proxy path stays failed after this error: clean_low_latency_buffer "
+                                 "does not repair it; destroy the Buffer and build a new one]");
+  }
+}
 
 // The barrier's counters (after kNumResetCounters) only grow: the elastic barrier counts arrivals.
 void LLProxyLink::clear_counters() {
