@@ -28,7 +28,6 @@ namespace {
 
 constexpr int kTeam = logfmt::kLanesPerGroup;  // lanes that encode one group together
 constexpr int kLogfmtChunkRows = 64;           // rows whose encode masks a block holds at once
-constexpr int kLogfmtLoads = 4;                // groups a team loads before reducing (loads in flight)
 static_assert(kBlockThreads % kTeam == 0, "a block is whole teams");
 
 // A team's (amax, amin) of its group; every lane of the warp must call this (on = false: a lane
@@ -63,52 +62,39 @@ __device__ __noinline__ void send_rows_logfmt(const CombineArgs& a, int l, int r
       s_mask[i / kLogfmtMaskWords][i % kLogfmtMaskWords] = 0u;
     __syncthreads();
     // Both passes run the same number of rounds on every thread: the team reductions need the
-    // whole warp, also lanes whose team has no group left. A round loads kLogfmtLoads groups per
-    // team before reducing any: the loads are in flight together (one at a time, every round paid
-    // a full memory latency before its reduction could start).
+    // whole warp, also lanes whose team has no group left.
     for (int pass = 0; pass < 2; ++pass) {
-      for (int base = 0; base < items; base += teams * kLogfmtLoads) {
-        uint4 vs[kLogfmtLoads];
-#pragma unroll
-        for (int u = 0; u < kLogfmtLoads; ++u) {
-          const int item = base + u * teams + team;
-          const int s = item / G, grp = item - s * G;
-          vs[u] = item < items ? port::load16_read_once(
-                                     x + ((row0 + s0 + s) * H + grp * logfmt::kGroup + q * logfmt::kLaneValues) * 2)
-                               : make_uint4(0u, 0u, 0u, 0u);
+      for (int base = 0; base < items; base += teams) {
+        const int item = base + team;
+        const bool on = item < items;
+        const int s = on ? item / G : 0, grp = on ? item - s * G : 0;
+        const int64_t row = row0 + s0 + s;
+        const uint4 v = on ? port::load16_read_once(x + (row * H + grp * logfmt::kGroup + q * logfmt::kLaneValues) * 2)
+                           : make_uint4(0u, 0u, 0u, 0u);
+        const logfmt::Range rg = team_range(v, on);
+        if (!on) continue;
+        const logfmt::Params p = logfmt::params(rg.amax, rg.amin);
+        const uint32_t* mask = s_mask[s];
+        if (pass == 0) {
+          if (q == 0 && p.encode) atomicOr(&s_mask[s][grp / kMaskWordBits], 1u << (grp % kMaskWordBits));
+          continue;
         }
-#pragma unroll 1
-        for (int u = 0; u < kLogfmtLoads; ++u) {
-          const int item = base + u * teams + team;
-          const bool on = item < items;
-          const int s = on ? item / G : 0, grp = on ? item - s * G : 0;
-          const int64_t row = row0 + s0 + s;
-          const uint4 v = vs[u];
-          const logfmt::Range rg = team_range(v, on);
-          if (!on) continue;
-          const logfmt::Params p = logfmt::params(rg.amax, rg.amin);
-          const uint32_t* mask = s_mask[s];
-          if (pass == 0) {
-            if (q == 0 && p.encode) atomicOr(&s_mask[s][grp / kMaskWordBits], 1u << (grp % kMaskWordBits));
-            continue;
-          }
-          uint8_t* dst = peer != nullptr ? peer + g.combine_slot_off(c.buf, a.src_info[row], a.src_topk[row])
-                                         : c.local + g.dispatch_slot_off(bd, l, r, s0 + s);
-          const int before = logfmt_before(mask, grp);
-          uint8_t* gp = dst + Layout::logfmt_group_off(grp, before);
-          if (p.encode) {
-            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-            const logfmt::LaneCode code = logfmt::encode_lane(w, p);
-            *reinterpret_cast<uint2*>(gp + q * 8) = make_uint2(code.low[0], code.low[1]);
-            *reinterpret_cast<uint16_t*>(gp + logfmt::kLowBytes + 2 * q) = static_cast<uint16_t>(code.plane);
-            if (q == 0)
-              *reinterpret_cast<uint32_t*>(dst + g.logfmt_meta_off(logfmt_total(mask), before)) =
-                  logfmt::pack_meta(rg.amax, rg.amin);
-          } else {
-            dev::st16(gp + q * 16, v);
-          }
-          if (grp == 0 && q < kLogfmtMaskWords) reinterpret_cast<uint32_t*>(dst)[q] = mask[q];  // the row header
+        uint8_t* dst = peer != nullptr ? peer + g.combine_slot_off(c.buf, a.src_info[row], a.src_topk[row])
+                                       : c.local + g.dispatch_slot_off(bd, l, r, s0 + s);
+        const int before = logfmt_before(mask, grp);
+        uint8_t* gp = dst + Layout::logfmt_group_off(grp, before);
+        if (p.encode) {
+          const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+          const logfmt::LaneCode code = logfmt::encode_lane(w, p);
+          *reinterpret_cast<uint2*>(gp + q * 8) = make_uint2(code.low[0], code.low[1]);
+          *reinterpret_cast<uint16_t*>(gp + logfmt::kLowBytes + 2 * q) = static_cast<uint16_t>(code.plane);
+          if (q == 0)
+            *reinterpret_cast<uint32_t*>(dst + g.logfmt_meta_off(logfmt_total(mask), before)) =
+                logfmt::pack_meta(rg.amax, rg.amin);
+        } else {
+          dev::st16(gp + q * 16, v);
         }
+        if (grp == 0 && q < kLogfmtMaskWords) reinterpret_cast<uint32_t*>(dst)[q] = mask[q];  // the row header
       }
       __syncthreads();  // pass 1's masks are complete before pass 2; pass 2's rows before the WRITEs
     }
