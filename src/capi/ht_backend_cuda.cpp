@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "capi/collective.h"
+#include "capi/cuda_backend.h"
 #include "capi/device_guard.h"
 #include "capi/ht_backend.h"
 #include "runtime/ht_buffer.h"
@@ -12,9 +13,9 @@ namespace {
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-class CudaHT final : public HTBackend {
+class CudaHT final : public CudaBackend<HTBackend, runtime::HTBuffer> {
  public:
-  CudaHT(const GroupSpec& spec, int device, transport::Bootstrap& boot) : device_(device) {
+  CudaHT(const GroupSpec& spec, int device, transport::Bootstrap& boot) : CudaBackend(device) {
     const std::vector<std::vector<uint8_t>> infos = build_and_exchange(boot, "HT buffer", [&] {
       DeviceGuard guard(device);
       buf_ = std::make_unique<runtime::HTBuffer>(spec.rank, spec.num_ranks, spec.ht_bytes, device);
@@ -59,20 +60,6 @@ class CudaHT final : public HTBackend {
     DeviceGuard guard(device_);
     buf_->combine(in, p, out, out_weights, as_stream(stream));
   }
-  void check_async() override { buf_->check_error(); }
-  void synchronize() override {
-    DeviceGuard guard(device_);
-    cuda_check(cudaDeviceSynchronize(), "anyep", "synchronize before the group's destroy");
-  }
-  void destroy() override {
-    if (!buf_) return;
-    DeviceGuard guard(device_);
-    buf_->destroy();
-  }
-
- private:
-  int device_;
-  std::unique_ptr<runtime::HTBuffer> buf_;
 };
 
 }  // namespace

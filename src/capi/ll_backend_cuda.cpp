@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "capi/collective.h"
+#include "capi/cuda_backend.h"
 #include "capi/device_guard.h"
 #include "capi/ll_backend.h"
 #include "common/cuda_check.h"
@@ -19,9 +20,9 @@ namespace {
 
 using runtime::LowLatencyBuffer;
 
-class CudaLL final : public LLBackend {
+class CudaLL final : public CudaBackend<LLBackend, LowLatencyBuffer> {
  public:
-  CudaLL(const GroupSpec& spec, int device, transport::Bootstrap& boot) : device_(device) {
+  CudaLL(const GroupSpec& spec, int device, transport::Bootstrap& boot) : CudaBackend(device) {
     const std::vector<std::vector<uint8_t>> infos = build_and_exchange(boot, "LL buffer", [&] {
       DeviceGuard guard(device);
       buf_ = std::make_unique<LowLatencyBuffer>(spec.rank, spec.num_ranks, spec.ll_bytes, device, spec.ll_path);
@@ -30,14 +31,6 @@ class CudaLL final : public LLBackend {
     DeviceGuard guard(device);
     buf_->connect(infos, &boot);
   }
-  ~CudaLL() override {
-    try {
-      destroy();
-    } catch (...) {
-      // destroy() called explicitly reports errors; a destructor must not throw.
-    }
-  }
-
   runtime::LLBufferInfo info() const override { return buf_->info(); }
 
   RecvPhase dispatch(const runtime::LLDispatchIn& in, const runtime::LLDispatchOut& out, bool send_only,
@@ -54,16 +47,6 @@ class CudaLL final : public LLBackend {
                                                   static_cast<cudaStream_t>(stream));
     return send_only ? recv_phase(call) : RecvPhase();
   }
-  void check_async() override { buf_->check_error(); }
-  void synchronize() override {
-    DeviceGuard guard(device_);
-    cuda_check(cudaDeviceSynchronize(), "anyep", "synchronize before the group's destroy");
-  }
-  void destroy() override {
-    if (!buf_) return;
-    DeviceGuard guard(device_);
-    buf_->destroy();
-  }
 
  private:
   RecvPhase recv_phase(const runtime::LLCall& call) const {
@@ -73,8 +56,6 @@ class CudaLL final : public LLBackend {
       call.launch(ll::kPhaseRecv, static_cast<cudaStream_t>(stream));
     };
   }
-  int device_;
-  std::unique_ptr<LowLatencyBuffer> buf_;
 };
 
 }  // namespace
