@@ -303,7 +303,7 @@ __device__ void recv_phase(const CombineArgs& a) {
     }
     __syncthreads();  // s_src/s_w/s_valid reuse
   }
-  if (dev::last_block(&c.ws.blocks_done[1])) {
+  if (dev::last_block(&c.ws.blocks_done[0])) {
     // Every expert signals every rank; wait for the flags no token waited on, then reset all of
     // them (the next writer of this half is causally after this kernel).
     for (int e = threadIdx.x; e < E; e += blockDim.x) {

@@ -44,13 +44,17 @@ static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord is 32 bytes");
 // Local (not shared) scratch counters. The first reset_ints() the kernels keep at zero between
 // calls (clean zeroes them); the barrier counts only grow.
 struct Workspace {
-  int32_t* send_slot;     // [E] next free slot per destination expert
-  int32_t* send_done;     // [E] messages written per destination expert
-  int32_t* recv_total;    // [L] rows received per local expert (this call)
-  int32_t* blocks_done;   // [2] finished recv blocks: dispatch, combine
+  int32_t* send_slot;  // [E] next free slot per destination expert
+  int32_t* send_done;  // [E] messages written per destination expert
+  // [L] per local expert, this call: bits 0..31 rows received so far, bits 32..63 sources whose
+  // count arrived. One 64-bit atomic add per (expert, source) gives the source its first row and
+  // tells the last source that it is last (it publishes the count and resets the word), so the
+  // receive needs no last-block pass. 8-byte aligned: it starts at int 2E of the workspace.
+  unsigned long long* recv_arrivals;
+  int32_t* blocks_done;   // [1] finished combine receive blocks
   int32_t* barrier_sent;  // [R] barrier arrivals sent to each rank
   int32_t* barrier_seen;  // [R] barrier arrivals of each rank consumed here
-  static constexpr int64_t reset_ints(int64_t E) { return 3 * E + 8; }
+  static constexpr int64_t reset_ints(int64_t E) { return 4 * E + 8; }
   static constexpr int64_t ints(int64_t E) { return reset_ints(E) + 2 * E; }  // R <= E
 };
 

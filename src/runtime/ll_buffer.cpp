@@ -199,8 +199,9 @@ ll::Common LowLatencyBuffer::common_base() const {
   constexpr int64_t X = ll::kMaxExperts;
   c.ws.send_slot = ws_;
   c.ws.send_done = ws_ + X;
-  c.ws.recv_total = ws_ + 2 * X;
-  c.ws.blocks_done = ws_ + 3 * X;
+  static_assert(X % 2 == 0, "recv_arrivals (64-bit) starts 8-byte aligned");
+  c.ws.recv_arrivals = reinterpret_cast<unsigned long long*>(ws_ + 2 * X);  // 2X ints
+  c.ws.blocks_done = ws_ + 4 * X;
   c.ws.barrier_sent = ws_ + ll::Workspace::reset_ints(X);
   c.ws.barrier_seen = ws_ + ll::Workspace::reset_ints(X) + X;
   c.err = err_dev_;
