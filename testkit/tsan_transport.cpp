@@ -12,6 +12,8 @@
 
 #ifdef ANYEP_TSAN
 #include <sanitizer/tsan_interface.h>
+
+#include "transport/forwarding_transport.h"
 // Exported by the TSan runtime, not declared in its public header.
 extern "C" void __tsan_read_range(void* addr, unsigned long size);
 extern "C" void __tsan_ignore_thread_begin();
@@ -34,25 +36,15 @@ struct Untracked {
   ~Untracked() { __tsan_ignore_thread_end(); }
 };
 
-class TsanAwareTransport final : public Transport {
+class TsanAwareTransport final : public ForwardingTransport {
  public:
-  explicit TsanAwareTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
-
-  const Capabilities& capabilities() const override { return inner_->capabilities(); }
-  uint32_t rank() const override { return inner_->rank(); }
-  uint32_t num_ranks() const override { return inner_->num_ranks(); }
+  using ForwardingTransport::ForwardingTransport;
 
   MrId register_memory(void* base, size_t length, MemKind kind) override {
     const MrId id = inner_->register_memory(base, length, kind);
     if (regions_.size() <= id) regions_.resize(id + 1);
     regions_[id] = {static_cast<char*>(base), length, kind == MemKind::kHost};
     return id;
-  }
-  std::vector<uint8_t> export_mr(MrId id) const override { return inner_->export_mr(id); }
-  std::vector<uint8_t> local_address() const override { return inner_->local_address(); }
-  void connect(const std::vector<std::vector<uint8_t>>& addresses) override { inner_->connect(addresses); }
-  void import_mr(uint32_t peer, MrId remote_id, const std::vector<uint8_t>& desc) override {
-    inner_->import_mr(peer, remote_id, desc);
   }
 
   int post_write(const WriteDesc& w) override {
@@ -80,7 +72,6 @@ class TsanAwareTransport final : public Transport {
     if (*n_comps || *n_imms) __tsan_acquire(&g_nic_edge);
     return rc;
   }
-  std::string last_error() const override { return inner_->last_error(); }
 
  private:
   struct Region {
@@ -100,7 +91,6 @@ class TsanAwareTransport final : public Transport {
     __tsan_release(&g_nic_edge);
   }
 
-  std::unique_ptr<Transport> inner_;
   std::vector<Region> regions_;
 };
 

@@ -6,6 +6,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "transport/forwarding_transport.h"
 #include "transport/region_table.h"
 
 namespace anyep::transport::chaos {
@@ -43,10 +44,10 @@ struct Held {
   uint64_t release_at;
 };
 
-class ChaosTransport final : public Transport {
+class ChaosTransport final : public ForwardingTransport {
  public:
   ChaosTransport(std::unique_ptr<Transport> inner, const ChaosConfig& cfg)
-      : inner_(std::move(inner)),
+      : ForwardingTransport(std::move(inner)),
         cfg_(cfg),
         rng_{cfg.seed * 0x2545f4914f6cdd1dull + inner_->rank()},
         regions_(inner_->num_ranks()) {
@@ -56,8 +57,6 @@ class ChaosTransport final : public Transport {
   }
 
   const Capabilities& capabilities() const override { return caps_; }
-  uint32_t rank() const override { return inner_->rank(); }
-  uint32_t num_ranks() const override { return inner_->num_ranks(); }
 
   MrId register_memory(void* base, size_t length, MemKind kind) override {
     MrId id = inner_->register_memory(base, length, kind);
@@ -75,7 +74,6 @@ class ChaosTransport final : public Transport {
     if (!inner.empty()) std::memcpy(d.data() + sizeof h, inner.data(), inner.size());
     return d;
   }
-  std::vector<uint8_t> local_address() const override { return inner_->local_address(); }
   void connect(const std::vector<std::vector<uint8_t>>& addresses) override {
     inner_->connect(addresses);
     connected_ = true;
@@ -195,7 +193,6 @@ class ChaosTransport final : public Transport {
     return rc;
   }
 
-  std::unique_ptr<Transport> inner_;
   ChaosConfig cfg_;
   Rng rng_;
   Capabilities caps_;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/transport.h"
+#include "transport/forwarding_transport.h"
 
 namespace anyep::proxy::testing {
 
@@ -25,20 +25,10 @@ struct CutStats {
 // some at 0) and says -EAGAIN for the rest; post_write / post_imm say -EAGAIN one time in four.
 // kLoseOne reports one write more than it posted when it cuts; kDuplicateOne posts one more than
 // it reports (the proxy then posts that write again).
-class BatchCutter final : public transport::Transport {
+class BatchCutter final : public transport::ForwardingTransport {
  public:
   BatchCutter(std::unique_ptr<transport::Transport> in, uint64_t seed, Cut mode, std::shared_ptr<CutStats> stats)
-      : in_(std::move(in)), rng_(seed), mode_(mode), stats_(std::move(stats)) {}
-  const transport::Capabilities& capabilities() const override { return in_->capabilities(); }
-  uint32_t rank() const override { return in_->rank(); }
-  uint32_t num_ranks() const override { return in_->num_ranks(); }
-  transport::MrId register_memory(void* b, size_t n, transport::MemKind k) override {
-    return in_->register_memory(b, n, k);
-  }
-  std::vector<uint8_t> export_mr(transport::MrId id) const override { return in_->export_mr(id); }
-  std::vector<uint8_t> local_address() const override { return in_->local_address(); }
-  void connect(const std::vector<std::vector<uint8_t>>& a) override { in_->connect(a); }
-  void import_mr(uint32_t p, transport::MrId id, const std::vector<uint8_t>& d) override { in_->import_mr(p, id, d); }
+      : ForwardingTransport(std::move(in)), rng_(seed), mode_(mode), stats_(std::move(stats)) {}
 
   int post_writes(const transport::WriteDesc* w, size_t n, size_t* posted) override {
     *posted = 0;
@@ -51,31 +41,28 @@ class BatchCutter final : public transport::Transport {
     if (k < n) stats_->cut.fetch_add(1);
     size_t sent = 0;
     if (k < n && mode_ == Cut::kDuplicateOne) {
-      const int rc = in_->post_writes(w, k + 1, &sent);  // write k goes, but is not reported
+      const int rc = inner_->post_writes(w, k + 1, &sent);  // write k goes, but is not reported
       *posted = std::min(sent, k);
       return rc ? rc : fail();
     }
     if (k < n && k > 0 && mode_ == Cut::kLoseOne) {
-      const int rc = in_->post_writes(w, k - 1, &sent);  // write k-1 is reported, never posted
+      const int rc = inner_->post_writes(w, k - 1, &sent);  // write k-1 is reported, never posted
       *posted = sent + (rc ? 0 : 1);
       return rc ? rc : fail();
     }
-    const int rc = in_->post_writes(w, k, &sent);
+    const int rc = inner_->post_writes(w, k, &sent);
     *posted = sent;
     return rc ? rc : (k < n ? fail() : 0);
   }
   int post_write(const transport::WriteDesc& w) override {
     if (rng_() % 4 == 0) return refuse();
-    return in_->post_write(w);
+    return inner_->post_write(w);
   }
   int post_imm(uint32_t d, uint32_t imm, uint64_t c) override {
     if (rng_() % 4 == 0) return refuse();
-    return in_->post_imm(d, imm, c);
+    return inner_->post_imm(d, imm, c);
   }
-  int poll(transport::Completion* c, size_t mc, size_t* nc, transport::ImmEvent* i, size_t mi, size_t* ni) override {
-    return in_->poll(c, mc, nc, i, mi, ni);
-  }
-  std::string last_error() const override { return refused_ ? "batch cutter: backpressure" : in_->last_error(); }
+  std::string last_error() const override { return refused_ ? "batch cutter: backpressure" : inner_->last_error(); }
 
  private:
   int fail() {
@@ -86,7 +73,6 @@ class BatchCutter final : public transport::Transport {
     stats_->refused_single.fetch_add(1);
     return fail();
   }
-  std::unique_ptr<transport::Transport> in_;
   std::mt19937_64 rng_;
   Cut mode_;
   std::shared_ptr<CutStats> stats_;

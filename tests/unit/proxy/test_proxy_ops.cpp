@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "testkit/local_cluster.h"
+#include "transport/forwarding_transport.h"
 
 using namespace anyep;
 using namespace anyep::channel;
@@ -196,30 +197,14 @@ TEST(ProxyFailures, BarrierWithAnAbsentRankTimesOutNamingIt) {
 
 // A transport whose writes land but never report local completion: QUIET must end in an error
 // naming the ring and how many operations were incomplete, not hang.
-class NoCompletions final : public transport::Transport {
+class NoCompletions final : public transport::ForwardingTransport {
  public:
-  explicit NoCompletions(std::unique_ptr<transport::Transport> in) : in_(std::move(in)) {}
-  const transport::Capabilities& capabilities() const override { return in_->capabilities(); }
-  uint32_t rank() const override { return in_->rank(); }
-  uint32_t num_ranks() const override { return in_->num_ranks(); }
-  transport::MrId register_memory(void* b, size_t n, transport::MemKind k) override {
-    return in_->register_memory(b, n, k);
-  }
-  std::vector<uint8_t> export_mr(transport::MrId id) const override { return in_->export_mr(id); }
-  std::vector<uint8_t> local_address() const override { return in_->local_address(); }
-  void connect(const std::vector<std::vector<uint8_t>>& a) override { in_->connect(a); }
-  void import_mr(uint32_t p, transport::MrId id, const std::vector<uint8_t>& d) override { in_->import_mr(p, id, d); }
-  int post_write(const transport::WriteDesc& w) override { return in_->post_write(w); }
-  int post_imm(uint32_t d, uint32_t imm, uint64_t c) override { return in_->post_imm(d, imm, c); }
+  using ForwardingTransport::ForwardingTransport;
   int poll(transport::Completion* c, size_t mc, size_t* nc, transport::ImmEvent* i, size_t mi, size_t* ni) override {
-    const int rc = in_->poll(c, mc, nc, i, mi, ni);
+    const int rc = inner_->poll(c, mc, nc, i, mi, ni);
     *nc = 0;  // completions are swallowed
     return rc;
   }
-  std::string last_error() const override { return in_->last_error(); }
-
- private:
-  std::unique_ptr<transport::Transport> in_;
 };
 
 TEST(ProxyFailures, QuietWhoseWritesNeverCompleteTimesOut) {
