@@ -31,6 +31,7 @@ class ForwardingTransport : public Transport {
     inner_->import_mr(peer, remote_id, desc);
   }
   int post_write(const WriteDesc& w) override { return inner_->post_write(w); }
+  int post_atomic_add(const AtomicAddDesc& a) override { return inner_->post_atomic_add(a); }
   int post_imm(uint32_t dst_rank, uint32_t imm, uint64_t context) override {
     return inner_->post_imm(dst_rank, imm, context);
   }

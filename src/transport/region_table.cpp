@@ -79,4 +79,19 @@ std::string RegionTable::check_write(const WriteDesc& w, const Capabilities& cap
   return "";
 }
 
+std::string RegionTable::check_atomic(const AtomicAddDesc& a) const {
+  if (auto e = check_peer(a.dst_rank); !e.empty()) return e;
+  const RegionBounds* r = remote(a.dst_rank, a.remote_mr);
+  if (!r)
+    return "region " + std::to_string(a.remote_mr) + " of rank " + std::to_string(a.dst_rank) + " was never imported";
+  if (a.remote_offset % 8)
+    return "atomic add at offset " + std::to_string(a.remote_offset) + " of region " + std::to_string(a.remote_mr) +
+           " of rank " + std::to_string(a.dst_rank) + " is not 8-byte aligned";
+  if (!inside(*r, a.remote_offset, 8))
+    return "atomic add's word " + range(a.remote_offset, 8) + " is past the end of region " +
+           std::to_string(a.remote_mr) + " of rank " + std::to_string(a.dst_rank) + " (" + std::to_string(r->length) +
+           " bytes)";
+  return "";
+}
+
 }  // namespace anyep::transport

@@ -45,6 +45,16 @@ class RegionTable {
     if (caps.max_write_bytes && w.length > caps.max_write_bytes) return false;
     return !w.has_imm || caps.imm_bytes >= 4 || (caps.imm_bytes > 0 && (uint64_t{w.imm} >> (8 * caps.imm_bytes)) == 0);
   }
+  // Hot-path verdict for an atomic add: an imported region holding the whole 8-byte-aligned word.
+  bool atomic_ok(const AtomicAddDesc& a) const {
+    if (a.dst_rank >= remote_.size() || a.remote_offset % 8) return false;
+    const auto& rv = remote_[a.dst_rank];
+    if (a.remote_mr >= rv.size()) return false;
+    const RegionBounds& r = rv[a.remote_mr];
+    return r.valid && r.length >= 8 && a.remote_offset <= r.length - 8;
+  }
+  // "" when `a` may be posted, else the reason (naming peer, region, offset).
+  std::string check_atomic(const AtomicAddDesc& a) const;
   // "" when `w` may be posted, else the reason (naming peer, region, offsets).
   std::string check_write(const WriteDesc& w, const Capabilities& caps) const;
   std::string check_peer(uint32_t peer) const;

@@ -27,7 +27,7 @@ struct Capabilities {
   std::string provider;          // libfabric provider name ("tcp", "shm", "efa", ...) or backend
   bool ordered_writes = false;   // writes (and immediates) to one peer land in posting order
   uint32_t imm_bytes = 4;        // size of the immediate delivered with a write (0: none)
-  bool native_atomics = false;   // remote fetch-add on registered memory is available
+  bool native_atomics = false;   // post_atomic_add works (a remote 64-bit add on registered memory)
   bool gpu_memory = false;       // MemKind::kCuda can be registered
   uint64_t max_write_bytes = 0;  // largest single write (larger ones must be split by the caller)
   uint32_t num_nics = 1;         // NICs striped under this endpoint set
@@ -45,6 +45,16 @@ struct WriteDesc {
   uint64_t length = 0;
   bool has_imm = false;
   uint32_t imm = 0;      // delivered to the peer's poll() after the data is in place
+  uint64_t context = 0;  // echoed in the local Completion
+};
+
+// A remote atomic add: the 64-bit word at `remote_offset` of the peer's registration `remote_mr`
+// (8-byte aligned, inside the region) += value, modulo 2^64 (a negative delta in two's complement).
+struct AtomicAddDesc {
+  uint32_t dst_rank = 0;
+  MrId remote_mr = 0;
+  uint64_t remote_offset = 0;
+  uint64_t value = 0;
   uint64_t context = 0;  // echoed in the local Completion
 };
 
@@ -85,6 +95,14 @@ class Transport {
     for (*posted = 0; *posted < n; ++*posted)
       if (int rc = post_write(w[*posted])) return rc;
     return 0;
+  }
+  // A remote atomic add (capabilities().native_atomics): atomic with respect to the other atomic
+  // adds to that word from any rank, not to plain stores. Its local completion (poll) means the
+  // add has been applied at the target. 0, -EAGAIN, -EINVAL (bad peer or region, misaligned or
+  // out-of-bounds word; last_error() says which), or -EOPNOTSUPP where the backend has none.
+  virtual int post_atomic_add(const AtomicAddDesc& a) {
+    (void)a;
+    return -EOPNOTSUPP;
   }
   // An immediate with no data.
   virtual int post_imm(uint32_t dst_rank, uint32_t imm, uint64_t context) = 0;

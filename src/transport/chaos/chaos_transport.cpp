@@ -114,6 +114,15 @@ class ChaosTransport final : public ForwardingTransport {
     return 0;
   }
 
+  // Atomic adds go straight to the inner transport (not held: an add may overtake earlier writes,
+  // as on an unordered NIC); their completions are delayed and shuffled with the others in poll().
+  int post_atomic_add(const AtomicAddDesc& a) override {
+    if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
+    const int rc = inner_->post_atomic_add(a);
+    if (rc && rc != -EAGAIN) fail(rc, "post_atomic_add: " + inner_->last_error());
+    return rc;
+  }
+
   int poll(Completion* comps, size_t max_comps, size_t* n_comps, ImmEvent* imms, size_t max_imms,
            size_t* n_imms) override {
     ++tick_;

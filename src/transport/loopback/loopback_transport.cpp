@@ -112,7 +112,7 @@ class LoopbackTransport final : public Transport {
     caps_.provider = "loopback";
     caps_.ordered_writes = true;
     caps_.imm_bytes = 4;
-    caps_.native_atomics = false;
+    caps_.native_atomics = true;  // post_atomic_add: a CPU atomic on the peer's memory (one process)
     caps_.gpu_memory = false;
     caps_.max_write_bytes = 1ull << 40;
     regions_ = RegionTable(num_ranks());
@@ -168,6 +168,18 @@ class LoopbackTransport final : public Transport {
                    reinterpret_cast<const uint8_t*>(regions_.local(w.local_mr)->base) + w.local_offset, w.length);
     if (w.has_imm) deliver(w.dst_rank, w.imm);
     comps_.push_back({w.context, 0});
+    return 0;
+  }
+
+  int post_atomic_add(const AtomicAddDesc& a) override {
+    if (!connected_) return fail(-EINVAL, "not connected: call connect() first");
+    if (!regions_.atomic_ok(a)) return fail(-EINVAL, "post_atomic_add: " + regions_.check_atomic(a));
+    auto* word = reinterpret_cast<uint64_t*>(
+        reinterpret_cast<uint8_t*>(regions_.remote(a.dst_rank, a.remote_mr)->base) + a.remote_offset);
+    // Sequentially consistent, like a NIC atomic seen by the target's own atomic reads; applied
+    // before the completion is queued, which is the contract.
+    __atomic_fetch_add(word, a.value, __ATOMIC_SEQ_CST);
+    comps_.push_back({a.context, 0});
     return 0;
   }
 

@@ -25,8 +25,9 @@ struct Case {
   uint32_t ranks, threads, producers;
   int ordering;
   uint64_t seed;
-  uint32_t signal_slots = 16;     // small: exercises credit flow control
-  bool ht_unfenced_tail = false;  // negative control: the run must report a data violation
+  uint32_t signal_slots = 16;       // small: exercises credit flow control
+  bool ht_unfenced_tail = false;    // negative control: the run must report a data violation
+  std::string* ht_found = nullptr;  // with it: the violation's text goes here, not into EXPECTs
 };
 
 void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
@@ -78,9 +79,16 @@ void run_case(const Case& c, const EndpointFactory& endpoints = {}) {
       } catch (const DataViolation& v) {
         found = v.what();
       } catch (const std::exception& x) {
-        ADD_FAILURE() << "expected a data violation, got: " << x.what();
+        // With ht_found the caller tries another seed (a loaded machine can stall a run's observer).
+        if (c.ht_found)
+          found = std::string("not a data violation: ") + x.what();
+        else
+          ADD_FAILURE() << "expected a data violation, got: " << x.what();
       }
-    EXPECT_NE(found.find("HT tail"), std::string::npos) << "no HT tail overtook its data: " << found;
+    if (c.ht_found)
+      *c.ht_found = found;
+    else
+      EXPECT_NE(found.find("HT tail"), std::string::npos) << "no HT tail overtook its data: " << found;
     cl.stop();
     return;
   }
@@ -152,12 +160,20 @@ TEST(ProxyRandom, ChaosEngine4Ranks2Threads) {
 // The negative control of the HT partial-order fence (kernels/ht_internode_protocol.h): the same
 // chaos run with the tail signals unfenced must be caught (a tail observed before its chunk).
 TEST(ProxyRandom, ChaosUnfencedHtTailIsCaught) {
-  const uint64_t seed = base_seed() + 5;
-  Case c{2, 1, 2, static_cast<int>(Ordering::kAuto), seed};
-  c.ht_unfenced_tail = true;
-  // Long holds (up to 4096 polls): the window in which a tail is visible and its chunk write still
-  // held is wide enough for the observer to look into it on a busy 2-core machine too.
-  run_case(c, chaos_factory(2, 1, seed, 4096));
+  // Long holds (up to 4096 polls) make the window in which a tail is visible and its chunk write
+  // still held wide; even so, on a loaded 2-core machine one seed's run can end without the
+  // observer looking into that window (seen 2 runs in 4 beside a sanitizer build). The control
+  // holds if some seed of a few is caught; with the fence no seed ever is (the twin below).
+  std::string found, all;
+  for (uint64_t k = 0; k < 4 && found.find("HT tail") == std::string::npos; ++k) {
+    const uint64_t seed = base_seed() + 5 + 100 * k;
+    Case c{2, 1, 2, static_cast<int>(Ordering::kAuto), seed};
+    c.ht_unfenced_tail = true;
+    c.ht_found = &found;
+    run_case(c, chaos_factory(2, 1, seed, 4096));
+    all += "\n  seed " + std::to_string(seed) + ": " + (found.empty() ? "no violation" : found);
+  }
+  EXPECT_NE(found.find("HT tail"), std::string::npos) << "no HT tail overtook its data in 4 seeds:" << all;
 }
 // Its positive twin: the same seed and holds with the fence pass, so the fence is what matters.
 TEST(ProxyRandom, ChaosLongHoldsFencedHtTailHolds) {
