@@ -8,8 +8,9 @@
 #   DEEPEP_TESTS=.carry/deepep bash scripts/device/deepep_tests.sh
 # It builds the extension as scripts/device/ll.sh does (same build folder), then runs, each under
 # `timeout`: test_low_latency.py plain, with --use-logfmt, and with --pressure-test (which loops
-# forever by design: it passes if it finishes >= DEEPEP_PRESSURE_SEEDS seeds (the seed the timeout interrupts does not count)
-# without an error). --num-processes is the number of visible GPUs (DEEPEP_NPROC overrides).
+# forever by design: it passes if it finishes >= DEEPEP_PRESSURE_SEEDS seeds without an error
+# before its timeout; the seed the timeout interrupts does not count). --num-processes is the
+# number of visible GPUs (DEEPEP_NPROC overrides).
 # DEEPEP_RUNS (default "plain logfmt pressure") picks the runs. Logs under $OUT; a table last; exit 1
 # if a run failed.
 set -u

@@ -47,11 +47,11 @@ for s in $SECTIONS; do args+=(--section "$s"); done
 timeout 300 "$NCU" -k regex:"dispatch_kernel|combine_kernel" --launch-skip 40 --launch-count 8 "${args[@]}" \
   python3 "$WORK/drive.py" > "$OUT/ncu.txt" 2>&1
 rc=$?
-# Per kernel: every stall reason (cycles per issued instruction), and the source lines with the
-# most stall samples (-lineinfo builds: RelWithDebInfo).
+# Per kernel: every stall reason (cycles per issued instruction). (Per-source-line stall samples
+# need PC sampling, which the device machine's ncu did not provide on 2026-11-23.)
 timeout 200 "$NCU" -k regex:"dispatch_kernel|combine_kernel" --launch-skip 40 --launch-count 4 \
   --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-  --section SourceCounters --section WarpStateStats --import-source yes -f -o "$WORK/rep" python3 "$WORK/drive.py" > "$OUT/ncu_src.log" 2>&1
+  -f -o "$WORK/rep" python3 "$WORK/drive.py" > "$OUT/ncu_stalls.log" 2>&1
 "$NCU" -i "$WORK/rep.ncu-rep" --page raw --csv > "$WORK/raw.csv" 2>/dev/null
 python3 - "$WORK/raw.csv" > "$OUT/stalls.txt" <<'PY'
 import csv, sys
@@ -65,40 +65,6 @@ for r in rows[2:]:
     print(name[:60], " ".join(f"{h.split('stalled_')[1].split('_per')[0]}={v:.1f}" for v, h in st[:7]))
 PY
 cat "$OUT/stalls.txt"
-for k in 0 1 2 3; do
-  "$NCU" -i "$WORK/rep.ncu-rep" --page source --csv --print-source cuda --launch-skip "$k" --launch-count 1 \
-    > "$WORK/src$k.csv" 2>/dev/null
-  python3 - "$WORK/src$k.csv" "$k" >> "$OUT/hot_lines.txt" <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-print(f"== launch {sys.argv[2]} (order: dispatch send, dispatch recv, combine send, combine recv)")
-# The page lists each source file: a ["File Name", path] row, a header row, then its lines.
-data, fname, h = [], "?", None
-for r in rows:
-    if len(r) >= 2 and r[0] == "File Name":
-        fname, h = r[1].split("/")[-1], None
-        continue
-    if h is None:
-        h = r
-        col = next((i for i, c in enumerate(h) if c.startswith("Warp Stall Sampling (All")), None)
-        src = next((i for i, c in enumerate(h) if c == "Source"), 1)
-        line = next((i for i, c in enumerate(h) if c in ("#", "Line")), 0)
-        continue
-    if col is None or len(r) <= col:
-        continue
-    try:
-        v = float(r[col].replace(",", "") or 0)
-    except ValueError:
-        continue
-    data.append((v, f"{fname}:{r[line]}", r[src].strip()[:100]))
-if not data:
-    print("no stall samples found; first rows:", rows[:3])
-tot = sum(d[0] for d in data) or 1
-for v, ln, s in sorted(data, reverse=True)[:16]:
-    print(f"{100*v/tot:5.1f}%  {ln:>18}  {s}")
-PY
-done
-cat "$OUT/hot_lines.txt"
 grep -E "dispatch_kernel|combine_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Stall|Warp Cycles Per Issued|One or More Eligible|Registers Per|Block Limit|L2 Hit|L1/TEX Hit|stalled|Theoretical Occupancy" "$OUT/ncu.txt" | head -150
 echo "ll_profile: ncu rc=$rc (full report: $OUT/ncu.txt)"
 exit $rc
