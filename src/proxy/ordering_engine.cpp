@@ -198,12 +198,20 @@ int OrderingEngine::check_timeouts(uint64_t now_ns) {
       what = std::to_string(h.rec.fence_count - have) + " of the " + std::to_string(h.rec.fence_count) +
              " writes of segment " + std::to_string(h.rec.segment) + " never arrived";
     }
+    timed_out_src_ = h.src;
     return fail(-ETIMEDOUT, std::string(fence_name(h.rec.fence)) + " signal from peer " + std::to_string(h.src) +
                                 " for tag (LL expert / HT channel) " + std::to_string(h.rec.tag) + ", counter " +
                                 std::to_string(h.rec.counter) + " held for more than " +
                                 std::to_string(cfg_.timeout_ns / 1000000) + " ms: " + what);
   }
   return 0;
+}
+
+void OrderingEngine::drop_peer(uint32_t src) {
+  if (src >= cfg_.num_ranks) return;
+  for (uint32_t i = 0; i < pool_.size(); ++i)
+    if (pool_[i].used && pool_[i].src == src) release(static_cast<int32_t>(i));
+  for (uint32_t t = 0; t < cfg_.num_tags; ++t) group(src, t) = Group{};
 }
 
 }  // namespace anyep::proxy

@@ -55,8 +55,13 @@ class OrderingEngine {
   int on_write(uint32_t src, uint32_t imm_value, uint64_t now_ns);
   // A signal record from `src` (already checked against its immediate). 0, or a negative errno.
   int on_signal(uint32_t src, const SignalRecord& rec, uint64_t now_ns);
-  // -ETIMEDOUT when a signal has been held longer than timeout_ns.
+  // -ETIMEDOUT when a signal has been held longer than timeout_ns (timed_out_src() names its sender).
   int check_timeouts(uint64_t now_ns);
+  uint32_t timed_out_src() const { return timed_out_src_; }
+  // An elastic proxy gave up on `src`: its held signals are discarded, never applied (the data
+  // they vouch for may never come), and its groups start over. The thread feeds nothing more of
+  // `src` in.
+  void drop_peer(uint32_t src);
 
   uint32_t held() const { return held_; }
   const EngineStats& stats() const { return stats_; }
@@ -95,6 +100,7 @@ class OrderingEngine {
   uint32_t held_ = 0;
   EngineStats stats_;
   std::string error_;
+  uint32_t timed_out_src_ = 0;
 };
 
 }  // namespace anyep::proxy

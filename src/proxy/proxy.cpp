@@ -83,6 +83,7 @@ Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel,
     throw InvalidArgument("proxy: ranks per host " + std::to_string(*cfg.ranks_per_node) + ": expected 1.." +
                           std::to_string(1 << 20) + " (leave it unset to detect hosts)");
   sym_ = std::make_unique<SymmetricMemory>(regions);
+  dropped_ = std::make_unique<DroppedPeers>(num_ranks_);
   hosts_ = setup_hosts(boot, cfg.ranks_per_node.value_or(0), T);  // 0: detect
 
   for (uint32_t t = 0; t < T; ++t) {
@@ -96,6 +97,7 @@ Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel,
     s.bypass = bypass_;
     s.hosts = &hosts_.layout;
     s.shm = hosts_.shm.get();
+    s.dropped = dropped_.get();
     s.engine = EngineConfig{rank_,      num_ranks_, cfg.num_tags, cfg.max_pending,
                             timeout_ns, bypass_,    cfg.counters, cfg.num_counters};
     std::vector<channel::RingConsumer*> rings;
@@ -142,6 +144,7 @@ ProxyStats Proxy::stats() const {
     s.eagain += t.eagain.load(std::memory_order_relaxed);
     s.signals_applied += t.signals_applied.load(std::memory_order_relaxed);
     s.signals_held += t.signals_held.load(std::memory_order_relaxed);
+    s.dropped += t.dropped.load(std::memory_order_relaxed);
   }
   return s;
 }

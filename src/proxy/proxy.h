@@ -20,6 +20,7 @@
 
 #include "channel/channel.h"
 #include "proxy/async_error.h"
+#include "proxy/dropped_peers.h"
 #include "proxy/host_barrier.h"
 #include "proxy/symmetric_memory.h"
 #include "transport/bootstrap/bootstrap.h"
@@ -44,6 +45,9 @@ struct ProxyConfig {
   uint64_t timeout_ns = 30'000'000'000;  // longest wait of any op (ANYEP_TIMEOUT_S's default)
   Ordering ordering = Ordering::kAuto;
   bool native_atomics = false;  // opt-in; Unsupported when the transport has none
+  // Elastic (LL shrink mode): a peer whose operations fail is dropped (dropped_peers.h) and its
+  // traffic discarded, instead of stopping the proxy with an error naming it.
+  bool drop_failed_peers = false;
   // Ranks per host: unset = detect from host identities; N >= 1 = emulated hosts of N consecutive
   // ranks. BARRIER meets through shared memory within a host; the rail barrier joins the ranks
   // with the same index on their host.
@@ -66,6 +70,7 @@ struct ProxyStats {
   uint64_t signals_applied = 0;
   uint64_t signals_held = 0;
   uint64_t eagain = 0;
+  uint64_t dropped = 0;  // commands discarded because their peer was dropped (drop_failed_peers)
 };
 
 class ProxyThread;
@@ -87,6 +92,8 @@ class Proxy {
   // Raises the first error a proxy thread recorded (and the channel's producer timeouts).
   void check() const;
   const AsyncError& error() const { return error_; }
+  // Peers given up on (drop_failed_peers; always empty without it), and why.
+  const DroppedPeers& dropped() const { return *dropped_; }
 
   uint32_t rank() const { return rank_; }
   uint32_t num_ranks() const { return num_ranks_; }
@@ -107,6 +114,7 @@ class Proxy {
   std::unique_ptr<SymmetricMemory> sym_;
   Hosts hosts_;
   AsyncError error_;
+  std::unique_ptr<DroppedPeers> dropped_;
   std::vector<std::unique_ptr<ProxyThread>> threads_;
   std::vector<std::thread> running_;
   std::vector<int> cpus_;

@@ -68,6 +68,8 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
     rings_.emplace_back();
     rings_.back().ring = r;
   }
+  if (s.cfg.drop_failed_peers && !s.dropped) throw InternalError("proxy thread: elastic mode without a drop list");
+  gone_.assign(s.num_ranks, 0);
   send_groups_.resize(static_cast<size_t>(s.num_ranks) * s.cfg.num_tags);
   batch_.resize(s.cfg.batch);
   wq_.resize(s.cfg.batch);
@@ -86,6 +88,27 @@ std::string ProxyThread::where(uint32_t r) const {
 void ProxyThread::fatal(anyepStatus st, const std::string& msg) {
   err_.set(st, msg);
   failed_ = true;
+}
+
+bool ProxyThread::gone(uint32_t p) {
+  if (!s_.cfg.drop_failed_peers || p >= s_.num_ranks) return false;
+  if (gone_[p]) return true;
+  if (!s_.dropped->has(p)) return false;
+  forget_peer(p);  // another thread dropped it
+  return true;
+}
+
+bool ProxyThread::drop_peer(uint32_t p, const std::string& why) {
+  if (!s_.cfg.drop_failed_peers || p >= s_.num_ranks || p == s_.rank) return false;
+  s_.dropped->drop(p, why);
+  if (!gone_[p]) forget_peer(p);
+  return true;
+}
+
+void ProxyThread::forget_peer(uint32_t p) {
+  gone_[p] = 1;
+  engine_.drop_peer(p);
+  link_.drop_peer(p);
 }
 
 ProxyThread::Step ProxyThread::reject(uint32_t r, const TransferCmd& c, const std::string& why) {
@@ -109,7 +132,9 @@ void ProxyThread::run(const std::atomic<bool>& stop) {
     for (uint32_t r = 0; r < rings_.size() && !failed_; ++r) busy |= service_ring(r, now);
     if (!failed_) busy |= poll_transport(now);
     if (link_.credits_pending() && !failed_) {
-      if (link_.send_credits()) fatal(anyepTransportError, where(~0u) + ": " + link_.last_error());
+      uint32_t peer = ~0u;
+      if (link_.send_credits(&peer) && !drop_peer(peer, where(~0u) + ": " + link_.last_error()))
+        fatal(anyepTransportError, where(~0u) + ": " + link_.last_error());
     }
     if ((iter & 255) == 0 && !failed_) check_timeouts(now);
     if (busy) {
@@ -129,6 +154,7 @@ void ProxyThread::publish_stats() {
   stats_.bytes.store(local_.bytes, std::memory_order_relaxed);
   stats_.signals_sent.store(local_.signals_sent, std::memory_order_relaxed);
   stats_.eagain.store(local_.eagain, std::memory_order_relaxed);
+  stats_.dropped.store(local_.dropped, std::memory_order_relaxed);
   stats_.signals_applied.store(engine_.stats().signals_applied, std::memory_order_relaxed);
   stats_.signals_held.store(engine_.stats().signals_held, std::memory_order_relaxed);
 }
@@ -199,6 +225,11 @@ uint32_t ProxyThread::flush_writes(uint32_t r, uint32_t n, Step* stop) {
   // The contract names w[posted] as the write that failed; a backend that breaks it must not make
   // this read past the batch.
   if (rc) *stop = post_result(r, rc, "WRITE", wq_[posted < n ? posted : n - 1].dst_rank);
+  if (rc && *stop == Step::kDropped) {
+    // The failed write is retired unsent; the ones after it are read from the ring again.
+    *stop = Step::kDone;
+    return static_cast<uint32_t>(posted < n ? posted + 1 : posted);
+  }
   return static_cast<uint32_t>(posted);
 }
 
@@ -229,16 +260,27 @@ ProxyThread::Step ProxyThread::post_result(uint32_t r, int rc, const char* what,
   if (rc == 0) return Step::kDone;
   if (rc == -EAGAIN) {
     local_.eagain += 1;
+    rings_[r].retry_dst = dst;
     return Step::kRetry;  // the loop polls completions (and credits), then retries the command
   }
-  fatal(anyepTransportError,
-        where(r) + ": posting " + what + " to rank " + std::to_string(dst) + " failed: " + ep_->last_error());
+  const std::string msg =
+      where(r) + ": posting " + what + " to rank " + std::to_string(dst) + " failed: " + ep_->last_error();
+  // -EINVAL is a bad descriptor (ours), not the peer's failure: never a reason to drop it.
+  if (rc != -EINVAL && drop_peer(dst, msg)) {
+    local_.dropped += 1;
+    return Step::kDropped;
+  }
+  fatal(anyepTransportError, msg);
   return Step::kFailed;
 }
 
 bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
   const uint32_t dst = cmd_dst_rank(c), tag = cmd_tag(c);
   const uint64_t len = cmd_length(c), so = cmd_src_offset(c), dof = cmd_dst_offset(c);
+  if (gone(dst)) {  // elastic mode: retired unsent
+    local_.dropped += 1;
+    return false;
+  }
   std::string why;
   RegionOffset src{0, 0}, dw{0, 0};
   if (dst >= s_.num_ranks) {
@@ -270,7 +312,7 @@ bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
   // Bypass: the receiver needs an immediate only to apply a piggybacked +1.
   w.has_imm = !s_.bypass || plus_one;
   w.imm = imm::encode_write(tag, g.segment, plus_one);
-  w.context = completion::make(r);
+  w.context = completion::make(r, 0, dst);
   wq_tag_[slot] = tag;
   return true;
 }
@@ -282,6 +324,10 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
     return reject(r, c,
                   "SIGNAL to rank " + std::to_string(dst) + ", but there are only " + std::to_string(s_.num_ranks) +
                       " ranks (missing peer)");
+  if (gone(dst)) {  // elastic mode: retired unsent
+    local_.dropped += 1;
+    return Step::kDone;
+  }
   if (tag >= s_.cfg.num_tags)
     return reject(r, c, "SIGNAL tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.cfg.num_tags));
   if (counter >= s_.engine.num_counters)
@@ -302,7 +348,8 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
   rec.segment = g.segment;
   rec.fence_count = fence == Fence::kOrdered ? g.writes : cmd_fence_count(c);
   // -EAGAIN also when no credit or staging slot is free: retried after polling completions and credits.
-  if (const Step st = post_result(r, link_.send(dst, rec, r), "SIGNAL", dst); st != Step::kDone) return st;
+  if (const Step st = post_result(r, link_.send(dst, rec, r), "SIGNAL", dst); st != Step::kDone)
+    return st == Step::kDropped ? Step::kDone : st;
   if (fence == Fence::kOrdered) {
     ++g.segment;  // uint8_t: wraps mod 256 with the wire field
     g.writes = 0;
@@ -361,9 +408,15 @@ bool ProxyThread::poll_transport(uint64_t now) {
   for (size_t i = 0; i < nc; ++i) {
     const transport::Completion& c = comps_[i];
     if (c.status) {
-      fatal(anyepTransportError,
-            where(~0u) + ": a write failed (" + std::to_string(c.status) + "): " + ep_->last_error());
-      return false;
+      const int64_t peer = completion::peer(c.context);
+      const std::string msg = where(~0u) + ": a write" +
+                              (peer >= 0 ? " to rank " + std::to_string(peer) : std::string()) + " failed (" +
+                              std::to_string(c.status) + "): " + ep_->last_error();
+      if (peer < 0 || !drop_peer(static_cast<uint32_t>(peer), msg)) {
+        fatal(anyepTransportError, msg);
+        return false;
+      }
+      local_.dropped += 1;  // its ring and staging slot are released below, as for any completion
     }
     if (const uint64_t ring = completion::ring(c.context); ring != completion::kNoRing) --rings_[ring].outstanding;
     link_.on_complete(c.context);
@@ -374,6 +427,7 @@ bool ProxyThread::poll_transport(uint64_t now) {
       fatal(anyepTransportError, where(~0u) + ": immediate from unknown rank " + std::to_string(src));
       return false;
     }
+    if (gone(src)) continue;  // elastic mode: a dropped peer's late traffic is discarded
     int rc = 0;
     switch (imm::kind(v)) {
       case imm::Kind::kWrite:
@@ -410,15 +464,26 @@ bool ProxyThread::poll_transport(uint64_t now) {
 }
 
 void ProxyThread::check_timeouts(uint64_t now) {
+  if (s_.cfg.drop_failed_peers)
+    for (uint32_t p = 0; p < s_.num_ranks; ++p) gone(p);  // discard what other threads' drops left held here
   if (int rc = engine_.check_timeouts(now)) {
-    fatal(status_of(rc), engine_.last_error());
-    return;
+    // The held signal's data never came: in elastic mode its sender is dropped (its held signals
+    // are discarded, so the kernel waiting on them times out and masks it).
+    if (rc != -ETIMEDOUT || !drop_peer(engine_.timed_out_src(), engine_.last_error())) {
+      fatal(status_of(rc), engine_.last_error());
+      return;
+    }
   }
   const std::string limit = std::to_string(s_.timeout_ns / 1000000) + " ms";
   for (uint32_t r = 0; r < rings_.size(); ++r) {
     RingState& st = rings_[r];
     cur_index_ = st.ring->tail();
     if (st.retry_since && now - st.retry_since > s_.timeout_ns) {
+      if (drop_peer(st.retry_dst, where(r) + ": could not post to rank " + std::to_string(st.retry_dst) +
+                                      " for more than " + limit)) {
+        st.retry_since = 0;  // the command at the head is retired unsent on the next pass
+        continue;
+      }
       fatal(anyepTimeout, where(r) + ": could not post for more than " + limit +
                               " (transport backpressure, no free staging slot, or a peer returns no signal credits)");
       return;

@@ -37,12 +37,13 @@ struct ThreadSetup {
   ProxyConfig cfg;                    // sizes: num_tags, signal_slots, staging_slots, batch
   const HostLayout* hosts = nullptr;  // owned by the Proxy
   HostShm* shm = nullptr;             // null when this host has one rank
+  DroppedPeers* dropped = nullptr;    // owned by the Proxy; used with cfg.drop_failed_peers
   EngineConfig engine;
 };
 
 struct ThreadStats {  // written by the thread (relaxed), read by anyone
   std::atomic<uint64_t> commands{0}, writes{0}, bytes{0}, signals_sent{0}, eagain{0}, signals_applied{0},
-      signals_held{0};
+      signals_held{0}, dropped{0};
 };
 
 class ProxyThread {
@@ -60,7 +61,7 @@ class ProxyThread {
   const OrderingEngine& engine() const { return engine_; }
 
  private:
-  enum class Step { kDone, kBlocked, kRetry, kFailed };
+  enum class Step { kDone, kBlocked, kRetry, kFailed, kDropped };
   enum class Block : uint8_t { kNone, kQuiet, kBarrier };
   struct RingState {
     channel::RingConsumer* ring = nullptr;
@@ -69,6 +70,7 @@ class ProxyThread {
     Block block = Block::kNone;
     uint64_t since_ns = 0;
     uint64_t retry_since = 0;  // first failed post attempt of the head command (0: none)
+    uint32_t retry_dst = 0;    // the peer that post was for
     uint64_t quiet_mask = 0;   // local ring indices the QUIET waits for
     BarrierState barrier;      // the BARRIER at the head (block == kBarrier)
   };
@@ -79,8 +81,9 @@ class ProxyThread {
 
   bool service_ring(uint32_t r, uint64_t now);
   Step execute(uint32_t r, const channel::TransferCmd& c, uint64_t now);
-  // A post's return code: kDone (0), kRetry (-EAGAIN, counted), or kFailed (the error recorded,
-  // naming `what` and its destination).
+  // A post's return code: kDone (0), kRetry (-EAGAIN, counted), kDropped (elastic mode: the
+  // failure dropped the destination; nothing was sent), or kFailed (the error recorded, naming
+  // `what` and its destination).
   Step post_result(uint32_t r, int rc, const char* what, uint32_t dst);
   // WRITEs: validated and built into wq_[slot] (false: rejected, error recorded), then posted
   // together with one post_writes; returns how many went out (*stop: kRetry / kFailed if not all).
@@ -94,6 +97,11 @@ class ProxyThread {
   void publish_stats();
   Step reject(uint32_t r, const channel::TransferCmd& c, const std::string& why);
   void fatal(anyepStatus s, const std::string& msg);
+  // Elastic mode (cfg.drop_failed_peers): whether traffic to/from `p` is discarded (catching up
+  // with drops another thread made), and giving up on `p` (false: not elastic, the caller fails).
+  bool gone(uint32_t p);
+  bool drop_peer(uint32_t p, const std::string& why);
+  void forget_peer(uint32_t p);
   std::string where(uint32_t r) const;
   int local_ring(uint32_t ring_id) const;
 
@@ -106,7 +114,8 @@ class ProxyThread {
   BarrierTracker barrier_;
   std::vector<RingState> rings_;
   bool failed_ = false;
-  uint64_t cur_index_ = 0;  // ring index of the command being executed (error messages)
+  std::vector<uint8_t> gone_;  // [num_ranks] peers this thread discards (elastic mode)
+  uint64_t cur_index_ = 0;     // ring index of the command being executed (error messages)
 
   std::vector<SendGroup> send_groups_;  // [num_ranks][num_tags] segments of ordered signals
 
@@ -116,7 +125,7 @@ class ProxyThread {
   std::vector<transport::Completion> comps_;
   std::vector<transport::ImmEvent> imms_;
   struct {
-    uint64_t commands = 0, writes = 0, bytes = 0, signals_sent = 0, eagain = 0;
+    uint64_t commands = 0, writes = 0, bytes = 0, signals_sent = 0, eagain = 0, dropped = 0;
   } local_;
   ThreadStats stats_;
 };

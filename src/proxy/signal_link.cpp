@@ -1,5 +1,7 @@
 #include "proxy/signal_link.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace anyep::proxy {
@@ -52,7 +54,7 @@ int SignalLink::send(uint32_t dst, SignalRecord rec, uint32_t ring) {
   w.length = sizeof(SignalRecord);
   w.has_imm = true;
   w.imm = imm::encode_signal(seq);
-  w.context = completion::make(ring, slot + 1ull);
+  w.context = completion::make(ring, slot + 1ull, dst);
   if (const int rc = ep_.post_write(w)) return rc;
   // The slot is ours until the write completes locally; the peer hands its record slot back by credit.
   staging_busy_[slot] = 1;
@@ -95,20 +97,31 @@ int SignalLink::receive(uint32_t src, uint32_t v, SignalRecord* out) {
   return 0;
 }
 
-int SignalLink::send_credits() {
+int SignalLink::send_credits(uint32_t* failed_peer) {
   credits_pending_ = false;
   for (uint32_t p = 0; p < cfg_.num_ranks; ++p) {
     if (!credit_owed_[p]) continue;
-    const int rc = ep_.post_imm(p, imm::encode_credit(credit_owed_[p]), completion::make(completion::kNoRing));
+    const int rc = ep_.post_imm(p, imm::encode_credit(credit_owed_[p]), completion::make(completion::kNoRing, 0, p));
     if (rc == -EAGAIN) {
       credits_pending_ = true;
       return 0;
     }
-    if (rc)
+    if (rc) {
+      credits_pending_ = true;  // the other peers' credits are still owed
+      if (failed_peer) *failed_peer = p;
       return fail(-EPROTO, "returning signal credits to rank " + std::to_string(p) + " failed: " + ep_.last_error());
+    }
     credit_owed_[p] = 0;
   }
   return 0;
+}
+
+void SignalLink::drop_peer(uint32_t p) {
+  // Nothing more is sent to or read from `p`: owed credits are forgotten, and its read marks
+  // cleared so that nothing of it is ever handed back.
+  credit_owed_[p] = 0;
+  freed_[p] = 0;
+  std::fill_n(&slot_read_[static_cast<size_t>(p) * cfg_.signal_slots], cfg_.signal_slots, uint8_t{0});
 }
 
 }  // namespace anyep::proxy

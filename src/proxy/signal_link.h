@@ -55,8 +55,11 @@ class SignalLink {
   int receive(uint32_t src, uint32_t imm_value, SignalRecord* rec);
   bool credits_pending() const { return credits_pending_; }
   // Returns owed credits (freed slots) to their senders. 0 (on backpressure the rest stays
-  // pending), or -EPROTO (the transport failed).
-  int send_credits();
+  // pending), or -EPROTO (the transport failed; *failed_peer, if given, names the peer, and the
+  // credits not sent stay pending).
+  int send_credits(uint32_t* failed_peer = nullptr);
+  // An elastic proxy gave up on `p`: forget the credits owed to it (they would fail again).
+  void drop_peer(uint32_t p);
 
   // ---- state, for timeouts and tests ----
   transport::MrId signal_mr() const { return signal_mr_; }

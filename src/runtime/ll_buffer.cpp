@@ -166,7 +166,7 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
   proxy_ = std::make_unique<LLProxyLink>(num_ranks_, device_, std::move(endpoints_),
                                          host_staged() ? host_alloc_ : local_, static_cast<uint64_t>(num_bytes_),
                                          host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
-                                         path_ != LLPath::kAuto, boot);
+                                         path_ != LLPath::kAuto, shrink(), boot);
   endpoints_.clear();
 }
 
@@ -178,6 +178,8 @@ std::string LowLatencyBuffer::describe_paths() const {
   if (!proxied.empty())
     out += "; " + (proxy_ ? "proxy (" + proxy_->describe() + ")" : std::string("no path")) + " to ranks " +
            proxied.substr(0, proxied.size() - 1);
+  if (proxy_)
+    if (const std::string d = proxy_->dropped_peers(); !d.empty()) out += "; the proxy dropped " + d;
   return out;
 }
 

@@ -33,7 +33,7 @@ std::vector<std::unique_ptr<transport::Transport>> LLProxyLink::make_endpoints(L
 }
 
 LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<transport::Transport>> endpoints,
-                         void* buffer, uint64_t bytes, transport::MemKind kind, bool one_rank_per_node,
+                         void* buffer, uint64_t bytes, transport::MemKind kind, bool one_rank_per_node, bool elastic,
                          transport::Bootstrap& boot) {
   if (endpoints.empty()) throw InvalidArgument("anyep LL proxy: no transport endpoints");
   // Command offsets are 32-bit in 16-byte units: the whole buffer must be within reach.
@@ -65,6 +65,7 @@ LLProxyLink::LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<
   pc.counters = reinterpret_cast<uint64_t*>(counters_host_);
   pc.num_counters = static_cast<uint32_t>(ll::kNumCounters);
   if (one_rank_per_node) pc.ranks_per_node = 1u;
+  pc.drop_failed_peers = elastic;
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "kernel and proxy counters share one layout");
   try {
     proxy_ = std::make_unique<proxy::Proxy>(pc, *channel_, std::move(endpoints),
@@ -108,6 +109,13 @@ void LLProxyLink::check() const {
 // The barrier's counters (after kNumResetCounters) only grow: the elastic barrier counts arrivals.
 void LLProxyLink::clear_counters() {
   std::memset(counters_host_, 0, sizeof(unsigned long long) * ll::kNumResetCounters);
+}
+
+std::string LLProxyLink::dropped_peers() const {
+  std::string out;
+  for (uint32_t p : proxy_->dropped().list())
+    out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(p) + ": " + proxy_->dropped().reason(p);
+  return out;
 }
 
 std::string LLProxyLink::describe() const {

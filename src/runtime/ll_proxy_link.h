@@ -30,8 +30,11 @@ class LLProxyLink {
   // Collective over `boot`: every rank builds its link together. `buffer` (device view `buffer`
   // itself for GPU memory, or host memory for a host-staged buffer) becomes the proxy's one
   // symmetric region. `one_rank_per_node`: each process is its own node (emulated multi-node).
+  // `elastic` (a shrink-mode buffer): the proxy drops a peer whose operations fail instead of
+  // failing the path (the kernels' waits on it time out and mask it; docs/ll.md).
   LLProxyLink(int num_ranks, int device, std::vector<std::unique_ptr<transport::Transport>> endpoints, void* buffer,
-              uint64_t bytes, transport::MemKind kind, bool one_rank_per_node, transport::Bootstrap& boot);
+              uint64_t bytes, transport::MemKind kind, bool one_rank_per_node, bool elastic,
+              transport::Bootstrap& boot);
   ~LLProxyLink();
   LLProxyLink(const LLProxyLink&) = delete;
   LLProxyLink& operator=(const LLProxyLink&) = delete;
@@ -42,6 +45,8 @@ class LLProxyLink {
   // Zeroes the signal counters but the barrier's (the caller has synchronized the device).
   void clear_counters();
   std::string describe() const;  // "cuda-ipc/cuda-ipc, 4 threads, 16 rings" (for messages and logs)
+  // Peers the elastic proxy dropped, each with its reason ("" when none).
+  std::string dropped_peers() const;
 
  private:
   std::unique_ptr<channel::Channel> channel_;
