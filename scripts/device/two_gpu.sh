@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 16's runs on nvidia-h200-x2, one part per device call (each under 600 s):
-#   TWO_GPU_PART=ll  scripts/device/ll.sh over the 2-GPU worlds (NVLink, proxy over cuda-ipc,
+#   TWO_GPU_PART=ll  scripts/device/ll.sh over the 2-GPU worlds (LL_WORLDS overrides: a pytest -k expression) (NVLink, proxy over cuda-ipc,
 #                    proxy over libfabric shm, 4 processes on 2 GPUs) and the LL benchmark at DeepEP's
 #                    shape with the NCCL baseline for the three paths; then DeepEP's
 #                    test_low_latency.py (plain, --use-logfmt, --pressure-test) at 2 processes from
@@ -21,7 +21,7 @@ mkdir -p "$OUT/$PART"
 rc=0
 case "$PART" in
   ll)
-    OUT=$OUT/ll LL_WORLDS="2gpu" LL_BUDGET_S=${LL_BUDGET_S:-400} LL_PYTEST_S=${LL_PYTEST_S:-220} \
+    OUT=$OUT/ll LL_WORLDS="${LL_WORLDS:-2gpu}" LL_BUDGET_S=${LL_BUDGET_S:-400} LL_PYTEST_S=${LL_PYTEST_S:-220} \
       LL_BENCH_S=${LL_BENCH_S:-110} LL_BENCH_ITERS=200 bash scripts/device/ll.sh > "$OUT/ll.txt" 2>&1 || rc=1
     sed -n '/== pytest2/,$p' "$OUT/ll.txt" | grep -v "^anyep._C trace" | tail -80
     OUT=$OUT/ll DEEPEP_TESTS=.carry/deepep DEEPEP_LL_S=${DEEPEP_LL_S:-60} DEEPEP_PRESSURE_S=${DEEPEP_PRESSURE_S:-50} \
