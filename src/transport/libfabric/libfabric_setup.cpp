@@ -16,10 +16,10 @@ void check(int rc, const std::string& what) {
   if (rc) throw TransportError("libfabric: " + what + " failed: " + fi_err(rc));
 }
 
-fi_info* hints_for(const std::string& provider, bool hmem) {
+fi_info* hints_for(const std::string& provider, bool hmem, bool atomics) {
   fi_info* h = fi_allocinfo();
   if (!h) throw TransportError("libfabric: fi_allocinfo failed");
-  h->caps = kCaps | (hmem ? FI_HMEM : 0);
+  h->caps = kCaps | (hmem ? FI_HMEM : 0) | (atomics ? FI_ATOMIC : 0);
   h->mode = FI_CONTEXT | FI_CONTEXT2;  // we hand every op a context block of fi_context2 size
   h->ep_attr->type = FI_EP_RDM;
   h->domain_attr->mr_mode = kMrModes | (hmem ? FI_MR_HMEM : 0);
@@ -34,20 +34,24 @@ std::string fi_err(ssize_t rc) {
   return std::to_string(rc) + " (" + fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)) + ")";
 }
 
-bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, std::string* why) {
+bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, std::string* why, bool want_atomics) {
   for (bool hmem : {want_hmem, false}) {
-    fi_info* h = hints_for(provider, hmem);
-    fi_info* res = nullptr;
-    int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &res);
-    fi_freeinfo(h);
-    if (rc == 0 && res) {
-      out.head = res;
-      out.hmem = hmem;
-      return true;
+    for (bool atomics : {want_atomics, false}) {
+      fi_info* h = hints_for(provider, hmem, atomics);
+      fi_info* res = nullptr;
+      int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &res);
+      fi_freeinfo(h);
+      if (rc == 0 && res) {
+        out.head = res;
+        out.hmem = hmem;
+        out.atomics = atomics;
+        return true;
+      }
+      if (why)
+        *why = "libfabric provider '" + provider +
+               "' offers no FI_EP_RDM endpoint with RMA writes and FI_SOURCE here (" + fi_err(rc) + ")";
+      if (!atomics) break;
     }
-    if (why)
-      *why = "libfabric provider '" + provider + "' offers no FI_EP_RDM endpoint with RMA writes and FI_SOURCE here (" +
-             fi_err(rc) + ")";
     if (!hmem) break;
   }
   return false;
