@@ -19,7 +19,8 @@ void check(int rc, const std::string& what) {
 fi_info* hints_for(const std::string& provider, bool hmem, bool atomics) {
   fi_info* h = fi_allocinfo();
   if (!h) throw TransportError("libfabric: fi_allocinfo failed");
-  h->caps = kCaps | (hmem ? FI_HMEM : 0) | (atomics ? FI_ATOMIC : 0);
+  // Atomic adds are posted as fetching adds (see post_atomic_add), which read the target word.
+  h->caps = kCaps | (hmem ? FI_HMEM : 0) | (atomics ? FI_ATOMIC | FI_READ | FI_REMOTE_READ : 0);
   h->mode = FI_CONTEXT | FI_CONTEXT2;  // we hand every op a context block of fi_context2 size
   h->ep_attr->type = FI_EP_RDM;
   h->domain_attr->mr_mode = kMrModes | (hmem ? FI_MR_HMEM : 0);
@@ -138,7 +139,8 @@ fid_mr* register_on(Nic& nic, void* base, size_t len, MemKind kind, int cuda_dev
   fi_mr_attr a{};
   a.mr_iov = &iov;
   a.iov_count = 1;
-  a.access = FI_WRITE | FI_REMOTE_WRITE;
+  // With atomics the target word is also read (fetching adds: providers check FI_REMOTE_READ).
+  a.access = FI_WRITE | FI_REMOTE_WRITE | ((nic.info->caps & FI_ATOMIC) ? FI_READ | FI_REMOTE_READ : 0);
   a.requested_key = (mode & FI_MR_PROV_KEY) ? 0 : nic.next_key++;
   a.iface = kind == MemKind::kCuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
   if (kind == MemKind::kCuda) a.device.cuda = cuda_device;
