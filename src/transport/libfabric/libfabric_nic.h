@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -23,7 +24,8 @@ std::string fi_err(ssize_t rc);  // "-FI_EAGAIN (Resource temporarily unavailabl
 
 struct InfoList {
   fi_info* head = nullptr;
-  bool hmem = false;  // FI_HMEM was granted
+  bool hmem = false;     // FI_HMEM was granted
+  bool atomics = false;  // FI_ATOMIC was granted
   InfoList() = default;
   InfoList(const InfoList&) = delete;
   InfoList& operator=(const InfoList&) = delete;
@@ -32,9 +34,11 @@ struct InfoList {
   }
 };
 
-// fi_getinfo for RDM + RMA writes + FI_SOURCE (+ FI_HMEM when asked and offered) on `provider`.
-// Returns false with *why when the provider offers nothing usable here.
-bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, std::string* why);
+// fi_getinfo for RDM + RMA writes + FI_SOURCE (+ FI_HMEM, + FI_ATOMIC, each when asked and offered:
+// what the provider refuses is dropped, never the endpoint) on `provider`. Returns false with *why
+// when the provider offers nothing usable here.
+bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, std::string* why,
+                    bool want_atomics = false);
 
 // The provider to use: cfg's, else ANYEP_FI_PROVIDER, else the first available default.
 std::string choose_provider(const std::string& configured);

@@ -16,10 +16,11 @@ void check(int rc, const std::string& what) {
   if (rc) throw TransportError("libfabric: " + what + " failed: " + fi_err(rc));
 }
 
-fi_info* hints_for(const std::string& provider, bool hmem) {
+fi_info* hints_for(const std::string& provider, bool hmem, bool atomics) {
   fi_info* h = fi_allocinfo();
   if (!h) throw TransportError("libfabric: fi_allocinfo failed");
-  h->caps = kCaps | (hmem ? FI_HMEM : 0);
+  // Atomic adds are posted as fetching adds (see post_atomic_add), which read the target word.
+  h->caps = kCaps | (hmem ? FI_HMEM : 0) | (atomics ? FI_ATOMIC | FI_READ | FI_REMOTE_READ : 0);
   h->mode = FI_CONTEXT | FI_CONTEXT2;  // we hand every op a context block of fi_context2 size
   h->ep_attr->type = FI_EP_RDM;
   h->domain_attr->mr_mode = kMrModes | (hmem ? FI_MR_HMEM : 0);
@@ -34,20 +35,24 @@ std::string fi_err(ssize_t rc) {
   return std::to_string(rc) + " (" + fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)) + ")";
 }
 
-bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, std::string* why) {
+bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, std::string* why, bool want_atomics) {
   for (bool hmem : {want_hmem, false}) {
-    fi_info* h = hints_for(provider, hmem);
-    fi_info* res = nullptr;
-    int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &res);
-    fi_freeinfo(h);
-    if (rc == 0 && res) {
-      out.head = res;
-      out.hmem = hmem;
-      return true;
+    for (bool atomics : {want_atomics, false}) {
+      fi_info* h = hints_for(provider, hmem, atomics);
+      fi_info* res = nullptr;
+      int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &res);
+      fi_freeinfo(h);
+      if (rc == 0 && res) {
+        out.head = res;
+        out.hmem = hmem;
+        out.atomics = atomics;
+        return true;
+      }
+      if (why)
+        *why = "libfabric provider '" + provider +
+               "' offers no FI_EP_RDM endpoint with RMA writes and FI_SOURCE here (" + fi_err(rc) + ")";
+      if (!atomics) break;
     }
-    if (why)
-      *why = "libfabric provider '" + provider + "' offers no FI_EP_RDM endpoint with RMA writes and FI_SOURCE here (" +
-             fi_err(rc) + ")";
     if (!hmem) break;
   }
   return false;
@@ -134,7 +139,8 @@ fid_mr* register_on(Nic& nic, void* base, size_t len, MemKind kind, int cuda_dev
   fi_mr_attr a{};
   a.mr_iov = &iov;
   a.iov_count = 1;
-  a.access = FI_WRITE | FI_REMOTE_WRITE;
+  // With atomics the target word is also read (fetching adds: providers check FI_REMOTE_READ).
+  a.access = FI_WRITE | FI_REMOTE_WRITE | ((nic.info->caps & FI_ATOMIC) ? FI_READ | FI_REMOTE_READ : 0);
   a.requested_key = (mode & FI_MR_PROV_KEY) ? 0 : nic.next_key++;
   a.iface = kind == MemKind::kCuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
   if (kind == MemKind::kCuda) a.device.cuda = cuda_device;

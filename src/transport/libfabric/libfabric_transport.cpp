@@ -50,6 +50,10 @@ struct Op {
   fi_context2 fctx;
   uint64_t user_ctx;
   uint64_t bytes;
+  // post_atomic_add's operand and the old value it fetches: the provider may read the first and
+  // writes the second until the op completes, so both live in the op (never on the stack).
+  uint64_t operand;
+  uint64_t fetched;
   uint32_t next_free;
 };
 
@@ -63,7 +67,7 @@ class LibfabricTransport final : public Transport {
     if (cfg.max_imm_bytes > 4) throw InvalidArgument("libfabric transport: max_imm_bytes must be <= 4");
     std::string prov = choose_provider(cfg.provider);
     std::string why;
-    if (!query_provider(prov, cfg.want_hmem, infos_, &why)) throw Unsupported(why);
+    if (!query_provider(prov, cfg.want_hmem, infos_, &why, cfg.want_atomics)) throw Unsupported(why);
     if (cfg.num_nics > 64)
       throw InvalidArgument("libfabric transport: NIC count " + std::to_string(cfg.num_nics) + " not in [0, 64]");
     striping_ = cfg.striping;
@@ -275,6 +279,48 @@ class LibfabricTransport final : public Transport {
     return finish_post(p, issue(p), "fi_writedata (immediate only)", dst_rank);
   }
 
+  int post_atomic_add(const AtomicAddDesc& a) override {
+    if (!caps_.native_atomics)
+      return fail(-EOPNOTSUPP, "post_atomic_add: this endpoint has no native atomics: " + atomics_why_not_);
+    if (!connected_) return fail(-EINVAL, "post_atomic_add: not connected: call connect() first");
+    if (!regions_.atomic_ok(a)) return fail(-EINVAL, "post_atomic_add: " + regions_.check_atomic(a));
+    const uint32_t k = pick_nic(a.dst_rank, 8);
+    Nic& nic = *nics_[k];
+    Op* op = alloc_op(nic, a.context, 8);
+    if (!op) return -EAGAIN;
+    op->operand = a.value;
+    const RemoteMr& r = remote_[a.dst_rank][a.remote_mr];
+    // Counts are elements (one 64-bit word each), not bytes. No descriptors: host memory on a
+    // provider without FI_MR_LOCAL (atomics_refusal); an explicit null one, not a null array,
+    // because ofi_rxm 1.17 keeps a result descriptor array's entries only when given one.
+    fi_ioc src{&op->operand, 1};
+    fi_ioc result{&op->fetched, 1};
+    fi_rma_ioc dst{r.base + a.remote_offset, 1, r.keys[k]};
+    void* no_desc[1] = {nullptr};
+    fi_msg_atomic msg{};
+    msg.msg_iov = &src;
+    msg.desc = no_desc;
+    msg.iov_count = 1;
+    msg.addr = nic.peers[a.dst_rank];
+    msg.rma_iov = &dst;
+    msg.rma_iov_count = 1;
+    msg.datatype = FI_UINT64;
+    msg.op = FI_SUM;
+    msg.context = op;
+    // A fetching add, whose old value is dropped: its completion carries that value, which exists
+    // only once the add has been applied at the target, so the completion means "applied" (the
+    // contract) whatever completion levels the provider implements. The plain add with
+    // FI_DELIVERY_COMPLETE is wrong in libfabric 1.17: shm then frees the operand's inject buffer
+    // twice (target and initiator), so later adds overwrite earlier operands before the target
+    // reads them; ofi_rxm writes no completion for an add posted with FI_INJECT.
+    const ssize_t rc = fi_fetch_atomicmsg(nic.ep, &msg, &result, no_desc, 1, FI_COMPLETION);
+    if (rc == 0) return 0;
+    release_op(nic, op);
+    if (rc == -FI_EAGAIN) return -EAGAIN;
+    return fail(-EIO,
+                "fi_fetch_atomicmsg (FI_SUM of 8 bytes to rank " + std::to_string(a.dst_rank) + "): " + fi_err(rc));
+  }
+
   int poll(Completion* comps, size_t max_comps, size_t* n_comps, ImmEvent* imms, size_t max_imms,
            size_t* n_imms) override {
     *n_comps = *n_imms = 0;
@@ -350,8 +396,9 @@ class LibfabricTransport final : public Transport {
          " tx_order=" + order_names(i->tx_attr->msg_order) + " rx_order=" + order_names(i->rx_attr->msg_order) +
          " cq_data_size=" + std::to_string(i->domain_attr->cq_data_size) +
          " inject=" + std::to_string(i->tx_attr->inject_size) + " tx_depth=" + std::to_string(i->tx_attr->size) +
-         " provider_atomics=" + (provider_atomics_ ? "yes" : "no") + " hmem=" + (infos_.hmem ? "yes" : "no") +
-         " striping=" + striping_name() + " source_id=" +
+         " provider_atomics=" + (provider_atomics_ ? "yes" : "no") +
+         " native_atomics=" + (caps_.native_atomics ? "yes" : "no (" + atomics_why_not_ + ")") +
+         " hmem=" + (infos_.hmem ? "yes" : "no") + " striping=" + striping_name() + " source_id=" +
          (source_ == SourceId::kFiSource ? "FI_SOURCE" : "cq_data(bit " + std::to_string(imm_shift_) + ")");
     return s;
   }
@@ -391,9 +438,8 @@ class LibfabricTransport final : public Transport {
     // both sides AND all writes to that peer use one NIC (striping across NICs reorders).
     caps_.ordered_writes = (order & FI_ORDER_WAW) && nics_.size() == 1;
     caps_.gpu_memory = infos_.hmem && (i->caps & FI_HMEM) && cuda_registration_works();
-    // The interface has no remote-atomic operation: the proxy always emulates atomics with
-    // immediates. Whether the provider could do them natively is logged by describe().
-    caps_.native_atomics = false;
+    atomics_why_not_ = atomics_refusal(cfg);
+    caps_.native_atomics = atomics_why_not_.empty();
     InfoList probe;
     fi_info* h = fi_dupinfo(i);
     h->caps |= FI_ATOMIC;
@@ -401,6 +447,22 @@ class LibfabricTransport final : public Transport {
     provider_atomics_ = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &res) == 0 && res;
     if (res) fi_freeinfo(res);
     fi_freeinfo(h);
+  }
+
+  // "" when post_atomic_add runs natively here, else why not (describe() and the -EOPNOTSUPP
+  // say it). Whether the provider could do atomics at all is logged by describe() either way.
+  std::string atomics_refusal(const LibfabricConfig& cfg) const {
+    if (!cfg.want_atomics) return "not asked for (LibfabricConfig::want_atomics)";
+    if (!infos_.atomics) return "provider '" + caps_.provider + "' grants no FI_ATOMIC next to RMA writes";
+    for (auto& nic : nics_) {
+      if (nic->info->domain_attr->mr_mode & FI_MR_LOCAL)
+        return "provider '" + caps_.provider +
+               "' needs operand and result buffers registered (FI_MR_LOCAL), which anyep does not do";
+      fi_atomic_attr ai{};
+      if (fi_query_atomic(nic->domain, FI_UINT64, FI_SUM, &ai, FI_FETCH_ATOMIC) != 0 || ai.count < 1)
+        return "provider '" + caps_.provider + "' has no fetching 64-bit FI_SUM (fi_query_atomic)";
+    }
+    return "";
   }
 
   // How the receiver learns the writer's rank. FI_SOURCE (the AV index of the writer) where the
@@ -596,6 +658,7 @@ class LibfabricTransport final : public Transport {
   Striping striping_ = Striping::kBytes;
   uint32_t rr_ = 0;
   bool provider_atomics_ = false;
+  std::string atomics_why_not_;            // "" when capabilities().native_atomics
   SourceId source_ = SourceId::kFiSource;  // never kAuto once chosen
   size_t imm_room_ = 4;                    // immediate bytes left for the caller
   uint32_t imm_shift_ = 32;                // where the rank starts in CQ data (kCqData)

@@ -54,6 +54,9 @@ struct LibfabricConfig {
   uint32_t max_cq_data_bytes = 8;
   // Ask for FI_HMEM (GPU memory registration) when the provider offers it.
   bool want_hmem = true;
+  // Ask for FI_ATOMIC (post_atomic_add: remote 64-bit adds) when the provider offers it. Off by
+  // default so that the default negotiation is unchanged until the proxy uses native atomics.
+  bool want_atomics = false;
 
   // provider from ANYEP_FI_PROVIDER, num_nics from ANYEP_FI_NICS, striping from ANYEP_FI_STRIPING;
   // the rest default. Throws InvalidArgument naming the variable for a bad value.
