@@ -40,9 +40,16 @@ __device__ __forceinline__ logfmt::Range team_range(const uint4& v, bool on) {
   return r;
 }
 
+// Where row s of (local expert l, source rank r) is staged for a rank behind the proxy: the message
+// slot it arrived in, dispatch half bd (its route entry; ll_layout.h, dispatch send staging).
+__device__ __forceinline__ uint64_t stage_row_off(const Common& c, int bd, int l, int r, int s) {
+  const int32_t m = dev::ld_recv(reinterpret_cast<const int32_t*>(c.local + c.g.route_off(bd, l, r, s)), c.host_mem);
+  return c.g.dispatch_msg_off(bd, r, m);
+}
+
 // The `count` rows of (local expert l, rank r) that start at row `begin` of the expert's part of
 // x, as LogFMT rows: into their home slots on r (`peer`, direct stores) or, for a rank behind the
-// proxy (`peer` null), into the dispatch slots (bd, l, r, s) with one WRITE per row of the bytes
+// proxy (`peer` null), into their staging slots (stage_row_off) with one WRITE per row of the bytes
 // the row uses. A team of 16 lanes takes one group at a time. Where a group goes depends on the
 // groups before it, so a chunk of rows takes two passes: which groups encode (the masks, in shared
 // memory), then the groups, the meta words and the row headers. Block-uniform arguments only.
@@ -80,7 +87,7 @@ __device__ __noinline__ void send_rows_logfmt(const CombineArgs& a, int l, int r
           continue;
         }
         uint8_t* dst = peer != nullptr ? peer + g.combine_slot_off(c.buf, a.src_info[row], a.src_topk[row])
-                                       : c.local + g.dispatch_slot_off(bd, l, r, s0 + s);
+                                       : c.local + stage_row_off(c, bd, l, r, s0 + s);
         const int before = logfmt_before(mask, grp);
         uint8_t* gp = dst + Layout::logfmt_group_off(grp, before);
         if (p.encode) {
@@ -103,7 +110,7 @@ __device__ __noinline__ void send_rows_logfmt(const CombineArgs& a, int l, int r
       for (int s = threadIdx.x; s < rows; s += blockDim.x) {
         const int64_t row = row0 + s0 + s;
         port::fence_system();
-        dev::push_write(c, tag, r, g.dispatch_slot_off(bd, l, r, s0 + s),
+        dev::push_write(c, tag, r, stage_row_off(c, bd, l, r, s0 + s),
                         g.combine_slot_off(c.buf, a.src_info[row], a.src_topk[row]),
                         g.logfmt_row_bytes(logfmt_total(s_mask[s])), c.rank * L + l);
       }
@@ -205,17 +212,16 @@ __device__ void send_phase(const CombineArgs& a) {
       if (base == nullptr) {
         // Stage every row, then one WRITE per row (after a block barrier and a system fence: the
         // copy engine / NIC reads what all threads staged).
-        uint8_t* stage = c.local + g.dispatch_slot_off(bd, l, r, 0) + kHeaderBytes;
-        const uint64_t M = g.msg_bytes();
         for (int i = threadIdx.x; i < count * nvec; i += blockDim.x) {
           const int s = i / nvec, v = i - s * nvec;
-          dev::st16(stage + s * M + v * 16, port::load16_read_once(x + (row0 + s) * 2 * H + v * 16));
+          dev::st16(c.local + stage_row_off(c, bd, l, r, s) + kHeaderBytes + v * 16,
+                    port::load16_read_once(x + (row0 + s) * 2 * H + v * 16));
         }
         __syncthreads();
         const uint32_t tag = proxy_tag(kTagCombine, c.buf, l, g.R);
         for (int s = threadIdx.x; s < count; s += blockDim.x) {
           port::fence_system();
-          dev::push_write(c, tag, r, g.dispatch_slot_off(bd, l, r, s) + kHeaderBytes,
+          dev::push_write(c, tag, r, stage_row_off(c, bd, l, r, s) + kHeaderBytes,
                           g.combine_values_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s]),
                           g.combine_slot_bytes() - kHeaderBytes, c.rank * L + l);
         }

@@ -1,7 +1,9 @@
 // anyep/src/kernels/ll_dispatch.cu — low-latency dispatch (send and receive phases).
 //
-// Send: one block per token (grid-strided). Thread k < K claims a slot in the private region
-// (expert e's local index l, this rank) on e's owner and writes the 16-byte header; then the block
+// Send: one block per token (grid-strided). Thread k < K takes the message slot (this rank, token,
+// k' = its entries before k on the same owner) in e's owner's region for this rank, claims row s
+// of (e's local index l, this rank), writes the 16-byte header and enters the slot in the route
+// list of (l, this rank) at s (ll_layout.h); then the block
 // streams the payload (BF16 copied, or FP8 cast once per token with one scale per 128 elements)
 // with 16-byte stores to every destination, and counts the token as sent per expert. One warp
 // per expert then waits until all of that expert's tokens are counted and stores the count to the
@@ -13,9 +15,10 @@
 //
 // NVLink peers get direct stores through CUDA IPC pointers (c.peers[r]); a null entry marks a
 // peer behind the proxy: the message is built in this rank's staging slot (b, t, k), a WRITE
-// (tag = the destination's fence group for (half, local expert)) copies it to the same dispatch
-// slot formula on the owner, and the count goes as a SIGNAL with kFenceCount = the number of
-// WRITEs it covers, so the receiving proxy applies it only after they all landed.
+// (tag = the destination's fence group for (half, local expert)) copies it to its message slot on
+// the owner, the route list staged here goes as one more WRITE, and the count as a SIGNAL with
+// kFenceCount = the number of WRITEs it covers, so the receiving proxy applies it only after they
+// all landed.
 // Shrink mode (c.mask set): a masked owner gets neither tokens nor a count, a masked source
 // counts as 0 tokens, and a source whose count times out is masked instead of failing the call.
 #include "kernels/ll_device.cuh"
@@ -55,7 +58,8 @@ __device__ void send_phase(const DispatchArgs& a) {
   const int L = static_cast<int>(g.L()), T = static_cast<int>(g.T), H = static_cast<int>(g.H);
   const int K = c.num_topk, E = static_cast<int>(g.E);
   __shared__ uint8_t* s_dst[kMaxTopk];
-  __shared__ int s_proxy_slot[kMaxTopk];  // >= 0: slot on the owner, reached by a proxy WRITE
+  __shared__ int s_proxy_msg[kMaxTopk];  // >= 0: message slot on the owner, reached by a proxy WRITE
+  const int C = static_cast<int>(g.slots_per_token());
   __shared__ float s_scale[kMaxGroups];
   const uint64_t used = g.msg_used_bytes(a.fmt == Format::kBF16);
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
@@ -65,28 +69,32 @@ __device__ void send_phase(const DispatchArgs& a) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       uint8_t* dst = nullptr;
-      int proxy_slot = -1;
+      int proxy_msg = -1;
       if (e >= E) dev::report(c.err, kErrBadExpert, c.rank, e, -1, t);
       // A masked owner (shrink mode) gets nothing; the token is still counted as sent below.
       if (e >= 0 && e < E && !dev::rank_masked(c, e / L)) {
         const int owner = e / L;
+        const int kp = msg_slot_in_token(a.topk_idx + static_cast<int64_t>(t) * K, k, L, E);
+        const int m = t * C + kp;  // message slot in the owner's region for this rank
         const int slot = atomicAdd(&c.ws.send_slot[e], 1);
         uint8_t* base = c.peers[owner];
-        if (slot >= T) {
+        if (slot >= T || kp >= C) {
           dev::report(c.err, kErrSlotOverflow, c.rank, e, owner, slot);
         } else if (base != nullptr) {
-          // Layout: dispatch slot (buf, l = e % L, r = this rank, slot) — ll_layout.h.
-          dst = base + g.dispatch_slot_off(c.buf, e % L, c.rank, slot);
+          // Layout: message (buf, this rank, m), and row `slot` of (l = e % L, this rank) names it.
+          dst = base + g.dispatch_msg_off(c.buf, c.rank, m);
+          *reinterpret_cast<int32_t*>(base + g.route_off(c.buf, e % L, c.rank, slot)) = m;
         } else if (c.proxy.rings != nullptr) {
           dst = c.local + g.stage_slot_off(c.buf, t, k);  // staged here, sent by the proxy
-          proxy_slot = slot;
+          *reinterpret_cast<int32_t*>(c.local + g.route_stage_off(c.buf, e, slot)) = m;
+          proxy_msg = m;
         } else {
           dev::report(c.err, kErrNoPeer, c.rank, e, owner, 0);
         }
         if (dst) dev::st16(dst, make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(k), 0u, 0u));
       }
       s_dst[k] = dst;
-      s_proxy_slot[k] = proxy_slot;
+      s_proxy_msg[k] = proxy_msg;
     }
     __syncthreads();
     const uint8_t* row = x + static_cast<int64_t>(t) * H * 2;
@@ -137,12 +145,10 @@ __device__ void send_phase(const DispatchArgs& a) {
         // the staging slot a proxy reads); order them (observed through __syncthreads) before the
         // count, or the WRITE command, at the scope the reader reads at.
         port::fence_system();
-        const int slot = s_proxy_slot[threadIdx.x];
-        if (slot >= 0) {
-          const int l = e % L;
-          dev::push_write(c, proxy_tag(kTagDispatch, c.buf, l, g.R), e / L, g.stage_slot_off(c.buf, t, threadIdx.x),
-                          g.dispatch_slot_off(c.buf, l, c.rank, slot), used, e);
-        }
+        const int m = s_proxy_msg[threadIdx.x];
+        if (m >= 0)
+          dev::push_write(c, proxy_tag(kTagDispatch, c.buf, e % L, g.R), e / L, g.stage_slot_off(c.buf, t, threadIdx.x),
+                          g.dispatch_msg_off(c.buf, c.rank, m), used, e);
         // Release: the WRITE push above (ring index claimed) happens-before the count warp's push.
         port::atomic_add_release_device(&c.ws.send_done[e], 1);
       }
@@ -180,10 +186,16 @@ __device__ void send_phase(const DispatchArgs& a) {
         port::store_release_system(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)),
                                    cnt + 1);
       } else if (ok && c.proxy.rings != nullptr) {
-        // Count after data through the proxy: the receiving proxy applies it once `cnt` WRITEs of
-        // this fence group landed (kFenceCount); same ring as those WRITEs, pushed after them.
-        dev::push_count_signal(c, proxy_tag(kTagDispatch, c.buf, e % L, g.R), owner,
-                               counter_of(g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1, cnt, e);
+        // The route list (its entries were stored by the token blocks, ordered before our acquire
+        // above by their fence and release add), then the count after data: the receiving proxy
+        // applies it once the `cnt` message WRITEs and the list's WRITE of this fence group landed
+        // (kFenceCount); same ring as those WRITEs, pushed after them.
+        const uint32_t tag = proxy_tag(kTagDispatch, c.buf, e % L, g.R);
+        if (cnt > 0)
+          dev::push_write(c, tag, owner, g.route_stage_off(c.buf, e, 0), g.route_off(c.buf, e % L, c.rank, 0),
+                          4ull * static_cast<uint64_t>(min(cnt, T)), e);
+        dev::push_count_signal(c, tag, owner, counter_of(g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1,
+                               cnt > 0 ? cnt + 1 : 0, e);
       }
       c.ws.send_done[e] = 0;  // all adds for e have landed (or we timed out): ready for next call
       c.ws.send_slot[e] = 0;
@@ -258,7 +270,9 @@ __device__ void recv_phase(const DispatchArgs& a) {
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // the team's first thread's acquire covers the team
     const int begin = s_begin[team], count = s_count[team];
-    const uint8_t* region = c.local + g.dispatch_slot_off(c.buf, l, r, 0);
+    const uint8_t* region = c.local + g.dispatch_msg_off(c.buf, r, 0);  // messages from r
+    // Row s of (l, r) is message route[s] of that region (written before the count we acquired).
+    const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, 0));
     uint8_t* out = recv_x + (static_cast<int64_t>(l) * RT + begin) * row_bytes;
     const int n = count * nvec;
     for (int i0 = tt; i0 < n; i0 += kRecvUnroll * kRecvTeamThreads) {
@@ -269,8 +283,9 @@ __device__ void recv_phase(const DispatchArgs& a) {
         const int i = i0 + u * kRecvTeamThreads;
         if (i < n) {
           const int s = i / nvec, v = i - s * nvec;
-          // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
-          val[u] = dev::ld_recv(reinterpret_cast<const uint4*>(region + s * M + kHeaderBytes) + v, c.host_mem);
+          // L2 loads (cg): the data arrived from another GPU during this kernel; L1 may not see it.
+          const uint8_t* msg = region + static_cast<int64_t>(dev::ld_recv(route + s, c.host_mem)) * M;
+          val[u] = dev::ld_recv(reinterpret_cast<const uint4*>(msg + kHeaderBytes) + v, c.host_mem);
         }
       }
 #pragma unroll
@@ -284,7 +299,8 @@ __device__ void recv_phase(const DispatchArgs& a) {
     }
     const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
     for (int s = tt; s < count; s += kRecvTeamThreads) {
-      const int4 h = dev::ld_recv(reinterpret_cast<const int4*>(region + s * M), c.host_mem);
+      const uint8_t* msg = region + static_cast<int64_t>(dev::ld_recv(route + s, c.host_mem)) * M;
+      const int4 h = dev::ld_recv(reinterpret_cast<const int4*>(msg), c.host_mem);
       a.src_info[row0 + s] = h.x;
       a.src_topk[row0 + s] = h.y;
     }
@@ -292,8 +308,8 @@ __device__ void recv_phase(const DispatchArgs& a) {
       float* sc = static_cast<float*>(a.recv_scales);
       for (int i = tt; i < count * G; i += kRecvTeamThreads) {
         const int s = i / G, gi = i - s * G;
-        const float f =
-            dev::ld_recv(reinterpret_cast<const float*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
+        const uint8_t* msg = region + static_cast<int64_t>(dev::ld_recv(route + s, c.host_mem)) * M;
+        const float f = dev::ld_recv(reinterpret_cast<const float*>(msg + g.fp8_scale_offset()) + gi, c.host_mem);
         sc[(static_cast<int64_t>(l) * G + gi) * RT + begin + s] = f;  // [L, G, R*T]: column-major view
       }
     } else if (a.fmt == Format::kFP8UE8M0) {
@@ -301,8 +317,8 @@ __device__ void recv_phase(const DispatchArgs& a) {
       const int G4 = G / kUe8m0Pack;
       for (int i = tt; i < count * G4; i += kRecvTeamThreads) {
         const int s = i / G4, gi = i - s * G4;
-        const float4 f =
-            dev::ld_recv(reinterpret_cast<const float4*>(region + s * M + g.fp8_scale_offset()) + gi, c.host_mem);
+        const uint8_t* msg = region + static_cast<int64_t>(dev::ld_recv(route + s, c.host_mem)) * M;
+        const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(msg + g.fp8_scale_offset()) + gi, c.host_mem);
         // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first.
         const uint32_t packed = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) |
                                 (port::ue8m0_exponent(f.z) << 16) | (port::ue8m0_exponent(f.w) << 24);

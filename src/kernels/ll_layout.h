@@ -34,9 +34,12 @@
 //     barrier[r] int32 at 4 * (4*X + r)                               (r = the arriving rank, r < X)
 //         the elastic barrier of clean (shrink mode): how many barriers rank r has arrived at
 //         here; never reset (clean resets only the 4*X words above), readers keep their own count.
-//   dispatch region (offset S, size D = 2 * E * T * M):
-//     slot (b, l, r, s) at S + ((b*L + l)*R + r) * T * M + s * M     (s < T: arrival slot)
-//         one private region per (local expert l, source rank r): no two senders share a byte.
+//   dispatch region (offset S, size D = 2 * R * T * C * M), C = min(kMaxTopk, L) message slots per
+//   (source rank, token): a token has at most C top-k entries on one rank:
+//     message (b, r, m) at S + ((b*R + r) * T*C + m) * M             (m = t*C + k': token t of
+//         source r, k' = how many of t's top-k entries before this one go to the same rank)
+//         one private region per source rank: no two senders share a byte. A receiver finds the
+//         rows of (local expert l, source r) through the route lists below.
 //   combine region (offset S + D, size C = 2 * T * kMaxTopk * W, slot stride W = 16 + 2H):
 //     slot (b, t, k) at S + D + ((b*T + t)*kMaxTopk + k) * W         (t: token on the home rank)
 //         one private slot per (home token, top-k entry): the expert's output row lands there
@@ -54,10 +57,19 @@
 //     slot (b, t, k) at S + D + C + ((b*T + t)*kMaxTopk + k) * M
 //         a message for a peer without direct stores is built here (header with its own top-k
 //         slot k) and a proxy WRITE copies it to the owner's dispatch slot. Combine needs no
-//         staging area of its own: the row (l, r, s) it returns is staged in the dispatch slot
-//         (b_d, l, r, s) it arrived in (already copied out by the dispatch receive phase, and not
-//         rewritten before rank r has received this combine), laid out as its combine slot (a
-//         dispatch slot, M = align16(16 + 2H) bytes, holds a combine row of W = 16 + 2H bytes).
+//         staging area of its own: the row (l, r, s) it returns is staged in the message slot
+//         (b_d, r, route(b_d, l, r, s)) it arrived in (already copied out by the dispatch receive
+//         phase, and not rewritten before rank r has received this combine), laid out as its
+//         combine slot (a message slot, M = align16(16 + 2H) bytes, holds a combine row of
+//         W = 16 + 2H bytes).
+//   route lists (offset S + D + C + P, size Q = 2 * E * Tp * 4, Tp = align4(T)): int32
+//     route(b, l, r, s) at S + D + C + P + 4 * (((b*L + l)*R + r) * Tp + s)
+//         the message m holding row s of (local expert l, source r): written by the sender with
+//         the message (direct: a 4-byte store next to it; proxy: one WRITE of the whole list
+//         before the count), read up to the count. Rows s of (l, r) are numbered by the sender.
+//   route staging (offset S + D + C + P + Q, size Q): proxy path only.
+//     route_stage(b, e, s) at S + D + C + P + Q + 4 * ((b*E + e) * Tp + s)
+//         the sender's list for expert e (global), copied by one WRITE to route(b, e % L, me, 0).
 //
 // Proxy signals (peers without direct stores): the SIGNAL of a count or flag adds to a 64-bit
 // counter in pinned host memory instead; counter index = the signal's offset / 4 above, so both
@@ -78,9 +90,10 @@
 //
 // Only the runtime (src/runtime) and the kernels read this layout; callers allocate handle_ints().
 //
-// Footprint at T=128, H=7168, R=2, E=288: M = 14352, D = 1,058,144,256, C = 58,785,792,
-// P = 58,785,792, S = 81,920, total 1,175,797,760 bytes (DeepEP: 2.15 GB). The O(R x T x M) layout
-// (route in the header, one message per destination rank) is the next step (docs/ll.md).
+// Footprint at T=128, H=7168, R=2, E=288 (C = 16): M = 14352, D = 117,571,584, C = 58,785,792,
+// P = 58,785,792, Q = 294,912, S = 81,920, total 235,814,912 bytes (DeepEP: 2.15 GB; this layout
+// with one region per (expert, source), until 2026-11-24: 1,175,797,760). One message per
+// (token, destination rank) instead of per top-k entry would cut D by C (docs/ll.md).
 #pragma once
 
 #include <cstdint>
@@ -166,8 +179,15 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE static constexpr uint64_t reset_signal_bytes() {
     return static_cast<uint64_t>(kNumResetCounters) * 4ull;
   }
+  // Message slots per (source rank, token): at most this many top-k entries of a token go to one rank.
+  ANYEP_HD ANYEP_INLINE constexpr int64_t slots_per_token() const { return L() < kMaxTopk ? L() : kMaxTopk; }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_half_bytes() const {
-    return static_cast<uint64_t>(E) * static_cast<uint64_t>(T) * msg_bytes();
+    return static_cast<uint64_t>(R) * static_cast<uint64_t>(T) * static_cast<uint64_t>(slots_per_token()) * msg_bytes();
+  }
+  // Route lists: T rounded up to 4 entries so that every list starts 16-byte aligned (WRITE offsets).
+  ANYEP_HD ANYEP_INLINE constexpr int64_t route_stride() const { return (T + 3) / 4 * 4; }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t route_half_bytes() const {
+    return 4ull * static_cast<uint64_t>(E) * static_cast<uint64_t>(route_stride());
   }
   // Combine slot: the row header, then the row (BF16 or LogFMT, see the layout comment).
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_bytes() const {
@@ -179,9 +199,7 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE constexpr uint64_t stage_half_bytes() const {
     return static_cast<uint64_t>(T) * kMaxTopk * msg_bytes();
   }
-  ANYEP_HD ANYEP_INLINE constexpr uint64_t total_bytes() const {
-    return signal_bytes() + 2 * dispatch_half_bytes() + 2 * combine_half_bytes() + 2 * stage_half_bytes();
-  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t total_bytes() const { return route_stage_base() + 2 * route_half_bytes(); }
   // Bytes of a dispatch message a proxy WRITE carries (header + payload [+ scales]), 16-aligned.
   ANYEP_HD ANYEP_INLINE constexpr uint64_t msg_used_bytes(bool bf16) const {
     return bf16 ? msg_bytes() : align_up(fp8_scale_offset() + 4ull * static_cast<uint64_t>(H / kScaleGroup), 16);
@@ -205,9 +223,21 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE static constexpr uint64_t barrier_off(int64_t r) {
     return 4ull * static_cast<uint64_t>(kNumResetCounters + r);
   }
-  ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_slot_off(int b, int64_t l, int64_t r, int64_t s) const {
-    return signal_bytes() + static_cast<uint64_t>((b * L() + l) * R + r) * static_cast<uint64_t>(T) * msg_bytes() +
-           static_cast<uint64_t>(s) * msg_bytes();
+  // Message m (= t * slots_per_token() + k') from source rank r in half b.
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_msg_off(int b, int64_t r, int64_t m) const {
+    return signal_bytes() + static_cast<uint64_t>((b * R + r) * T * slots_per_token() + m) * msg_bytes();
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t route_base() const {
+    return signal_bytes() + 2 * dispatch_half_bytes() + 2 * combine_half_bytes() + 2 * stage_half_bytes();
+  }
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t route_stage_base() const { return route_base() + 2 * route_half_bytes(); }
+  // Entry s of the route list of (local expert l, source rank r), half b.
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t route_off(int b, int64_t l, int64_t r, int64_t s) const {
+    return route_base() + 4ull * static_cast<uint64_t>(((b * L() + l) * R + r) * route_stride() + s);
+  }
+  // Entry s of the sender's staged route list for global expert e, half b (proxy path).
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t route_stage_off(int b, int64_t e, int64_t s) const {
+    return route_stage_base() + 4ull * static_cast<uint64_t>((b * E + e) * route_stride() + s);
   }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_off(int b, int64_t t, int64_t k) const {
     return signal_bytes() + 2 * dispatch_half_bytes() +
@@ -234,6 +264,16 @@ struct Layout {
            static_cast<uint64_t>((b * T + t) * kMaxTopk + k) * msg_bytes();
   }
 };
+
+// The slot k' (message m = t * slots_per_token() + k') of top-k entry k of a token, from the
+// token's topk_idx row: how many valid entries before k go to the same rank as entry k (a valid
+// expert). Below slots_per_token() when the row's experts are distinct; the sender checks.
+ANYEP_HD ANYEP_INLINE int msg_slot_in_token(const int64_t* topk_row, int k, int64_t L, int64_t E) {
+  const int64_t owner = topk_row[k] / L;
+  int n = 0;
+  for (int j = 0; j < k; ++j) n += (topk_row[j] >= 0 && topk_row[j] < E && topk_row[j] / L == owner);
+  return n;
+}
 
 // Reason a shape cannot be served; nullptr when it can. Host and tests share the checks.
 ANYEP_HD inline const char* layout_unsupported(const Layout& g) {

@@ -37,7 +37,9 @@ void raise_device_error(uint32_t code, const ll::ErrorRecord& e) {
       break;
     case ll::kErrSlotOverflow:
       throw InvalidArgument(m + "more than num_max_dispatch_tokens_per_rank messages for expert " +
-                            to_string(e.expert) + " (duplicate experts in a token's topk_idx?)");
+                            to_string(e.expert) +
+                            ", or more top-k entries of one token on its rank than that rank has experts "
+                            "(duplicate experts in a token's topk_idx?)");
     case ll::kErrBadExpert:
       throw InvalidArgument(m + "topk_idx holds expert " + to_string(e.expert) + " (token " + to_string(e.value) +
                             "), outside [-1, num_experts)");

@@ -83,9 +83,7 @@ struct World {
     c.proxy.drop_failed_peers = elastic;
     auto inner = loopback_factory(c.ranks, c.threads);
     auto d = dead;
-    c.endpoints = [inner, d, how](uint32_t r, uint32_t t) {
-      return std::make_unique<DeadPeer>(inner(r, t), d, how);
-    };
+    c.endpoints = [inner, d, how](uint32_t r, uint32_t t) { return std::make_unique<DeadPeer>(inner(r, t), d, how); };
     cl = std::make_unique<LocalCluster>(c);
     cl->start();
   }
