@@ -171,6 +171,7 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
     runtime::LLBufferInfo unbounded;
     unbounded.num_ranks = c.num_ranks;
     unbounded.num_bytes = std::numeric_limits<int64_t>::max();
+    unbounded.compact = runtime::compact_layout_from_env();
     const ll::Layout g = runtime::validate_layout(s.max_tokens, s.hidden, s.num_experts, unbounded);
     need = static_cast<int64_t>(g.total_bytes());
   }

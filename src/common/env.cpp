@@ -45,6 +45,10 @@ const std::vector<VarInfo>& all_vars() {
        "LL: 1 checks topk_idx values on the host before each call (a copy and a stream sync; skipped while capturing a "
        "CUDA graph)",
        T::kBool},
+      {"ANYEP_LL_LAYOUT", "fast",
+       "LL: dispatch receive layout: fast (a region per (expert, source rank): E x T messages) or compact (R x T x "
+       "min(16, E/R) messages and route lists: ~5x less memory at DeepEP's shape, one more load per received row)",
+       T::kEnum, 0, 0, "fast|compact"},
       {"ANYEP_LL_PATH", "auto",
        "LL: how peers are reached: auto (CUDA IPC where reachable, the proxy over libfabric otherwise), proxy-cuda-ipc "
        "or proxy-libfabric (each process its own node, every peer through the proxy)",

@@ -52,13 +52,14 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
   }
 }
 
+template <bool kCompact>
 __device__ void send_phase(const DispatchArgs& a) {
   const Common& c = a.c;
   const Layout& g = c.g;
   const int L = static_cast<int>(g.L()), T = static_cast<int>(g.T), H = static_cast<int>(g.H);
   const int K = c.num_topk, E = static_cast<int>(g.E);
   __shared__ uint8_t* s_dst[kMaxTopk];
-  __shared__ int s_proxy_msg[kMaxTopk];  // >= 0: message slot on the owner, reached by a proxy WRITE
+  __shared__ int s_proxy_slot[kMaxTopk];  // >= 0: slot (fast) / message (compact) on the owner, by a proxy WRITE
   const int C = static_cast<int>(g.slots_per_token());
   __shared__ float s_scale[kMaxGroups];
   const uint64_t used = g.msg_used_bytes(a.fmt == Format::kBF16);
@@ -69,32 +70,44 @@ __device__ void send_phase(const DispatchArgs& a) {
       const int k = threadIdx.x;
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       uint8_t* dst = nullptr;
-      int proxy_msg = -1;
+      int proxy_slot = -1;
+      // Compact: k' of msg_slot_in_token (ll_layout.h), from one match over the K lanes instead of
+      // k loads: the valid entries before k with the same owner (-1: no owner, never a valid one's).
+      int kp = 0;
+      if constexpr (kCompact) {
+        const int owner_of_k = e >= 0 && e < E ? e / L : -1;
+        kp = port::popcount64(port::warp_match_any((1ull << K) - 1, static_cast<uint64_t>(owner_of_k)) &
+                              ((1ull << k) - 1));
+      }
       if (e >= E) dev::report(c.err, kErrBadExpert, c.rank, e, -1, t);
       // A masked owner (shrink mode) gets nothing; the token is still counted as sent below.
       if (e >= 0 && e < E && !dev::rank_masked(c, e / L)) {
         const int owner = e / L;
-        const int kp = msg_slot_in_token(a.topk_idx + static_cast<int64_t>(t) * K, k, L, E);
-        const int m = t * C + kp;  // message slot in the owner's region for this rank
+        const int m = t * C + kp;  // compact: message slot in the owner's region for this rank
         const int slot = atomicAdd(&c.ws.send_slot[e], 1);
         uint8_t* base = c.peers[owner];
-        if (slot >= T || kp >= C) {
+        if (slot >= T || (kCompact && kp >= C)) {
           dev::report(c.err, kErrSlotOverflow, c.rank, e, owner, slot);
         } else if (base != nullptr) {
-          // Layout: message (buf, this rank, m), and row `slot` of (l = e % L, this rank) names it.
-          dst = base + g.dispatch_msg_off(c.buf, c.rank, m);
-          *reinterpret_cast<int32_t*>(base + g.route_off(c.buf, e % L, c.rank, slot)) = m;
+          if constexpr (kCompact) {
+            // Layout: message (buf, this rank, m), and row `slot` of (l = e % L, this rank) names it.
+            dst = base + g.dispatch_msg_off(c.buf, c.rank, m);
+            *reinterpret_cast<int32_t*>(base + g.route_off(c.buf, e % L, c.rank, slot)) = m;
+          } else {
+            // Layout: dispatch slot (buf, l = e % L, r = this rank, slot) — ll_layout.h.
+            dst = base + g.dispatch_slot_off(c.buf, e % L, c.rank, slot);
+          }
         } else if (c.proxy.rings != nullptr) {
           dst = c.local + g.stage_slot_off(c.buf, t, k);  // staged here, sent by the proxy
-          *reinterpret_cast<int32_t*>(c.local + g.route_stage_off(c.buf, e, slot)) = m;
-          proxy_msg = m;
+          if constexpr (kCompact) *reinterpret_cast<int32_t*>(c.local + g.route_stage_off(c.buf, e, slot)) = m;
+          proxy_slot = kCompact ? m : slot;
         } else {
           dev::report(c.err, kErrNoPeer, c.rank, e, owner, 0);
         }
         if (dst) dev::st16(dst, make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(k), 0u, 0u));
       }
       s_dst[k] = dst;
-      s_proxy_msg[k] = proxy_msg;
+      s_proxy_slot[k] = proxy_slot;
     }
     __syncthreads();
     const uint8_t* row = x + static_cast<int64_t>(t) * H * 2;
@@ -145,10 +158,12 @@ __device__ void send_phase(const DispatchArgs& a) {
         // the staging slot a proxy reads); order them (observed through __syncthreads) before the
         // count, or the WRITE command, at the scope the reader reads at.
         port::fence_system();
-        const int m = s_proxy_msg[threadIdx.x];
-        if (m >= 0)
-          dev::push_write(c, proxy_tag(kTagDispatch, c.buf, e % L, g.R), e / L, g.stage_slot_off(c.buf, t, threadIdx.x),
-                          g.dispatch_msg_off(c.buf, c.rank, m), used, e);
+        const int slot = s_proxy_slot[threadIdx.x];
+        if (slot >= 0)
+          dev::push_write(
+              c, proxy_tag(kTagDispatch, c.buf, e % L, g.R), e / L, g.stage_slot_off(c.buf, t, threadIdx.x),
+              kCompact ? g.dispatch_msg_off(c.buf, c.rank, slot) : g.dispatch_slot_off(c.buf, e % L, c.rank, slot),
+              used, e);
         // Release: the WRITE push above (ring index claimed) happens-before the count warp's push.
         port::atomic_add_release_device(&c.ws.send_done[e], 1);
       }
@@ -186,16 +201,17 @@ __device__ void send_phase(const DispatchArgs& a) {
         port::store_release_system(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)),
                                    cnt + 1);
       } else if (ok && c.proxy.rings != nullptr) {
-        // The route list (its entries were stored by the token blocks, ordered before our acquire
-        // above by their fence and release add), then the count after data: the receiving proxy
-        // applies it once the `cnt` message WRITEs and the list's WRITE of this fence group landed
-        // (kFenceCount); same ring as those WRITEs, pushed after them.
+        // Compact: the route list (its entries were stored by the token blocks, ordered before our
+        // acquire above by their fence and release add). Then the count after data: the receiving
+        // proxy applies it once the `cnt` message WRITEs (and the list's) of this fence group
+        // landed (kFenceCount); same ring as those WRITEs, pushed after them.
         const uint32_t tag = proxy_tag(kTagDispatch, c.buf, e % L, g.R);
-        if (cnt > 0)
+        const bool list = kCompact && cnt > 0;
+        if (list)
           dev::push_write(c, tag, owner, g.route_stage_off(c.buf, e, 0), g.route_off(c.buf, e % L, c.rank, 0),
                           4ull * static_cast<uint64_t>(min(cnt, T)), e);
         dev::push_count_signal(c, tag, owner, counter_of(g.dispatch_count_off(c.buf, e % L, c.rank)), cnt + 1,
-                               cnt > 0 ? cnt + 1 : 0, e);
+                               list ? cnt + 1 : cnt, e);
       }
       c.ws.send_done[e] = 0;  // all adds for e have landed (or we timed out): ready for next call
       c.ws.send_slot[e] = 0;
@@ -210,20 +226,98 @@ __device__ void send_phase(const DispatchArgs& a) {
 constexpr int kRecvTeams = port::kTeamBarriers ? 4 : 1;
 constexpr int kRecvTeamThreads = kBlockThreads / kRecvTeams;
 static_assert(kRecvTeamThreads % port::kWarpSize == 0, "a receive team is whole warps");
-constexpr int kRecvUnroll = 4;  // 16-byte loads in flight per thread in the row copy
+constexpr int kRecvUnroll = 4;   // 16-byte loads in flight per thread in the row copy
+constexpr int kRouteChunk = 64;  // route entries a receive team holds at once (shared memory)
 
+// The message of row c0 + s of a (local expert, source) region: fast layout, the region's slots in
+// order; compact, the one its route entry names (the chunk's entries, in shared memory).
+template <bool kCompact>
+__device__ __forceinline__ const uint8_t* msg_of(const uint8_t* region, const int* route_chunk, int c0, int s,
+                                                 uint64_t M) {
+  if constexpr (kCompact) return region + static_cast<int64_t>(route_chunk[s]) * M;
+  return region + static_cast<int64_t>(c0 + s) * M;
+}
+
+// Copies rows [first, first + rows) of (local expert l, source r) out of the dispatch region into
+// recv_x (from row `begin` of the expert's part), with their source token, top-k slot and scales.
+// A team of kRecvTeamThreads, thread tt. Compact: `route_chunk` holds the messages of these rows.
+template <bool kCompact>
+__device__ __forceinline__ void recv_rows(const DispatchArgs& a, const uint8_t* region, const int* route_chunk, int l,
+                                          int begin, int first, int rows, int tt) {
+  const Layout& g = a.c.g;
+  const Common& c = a.c;
+  const int H = static_cast<int>(g.H), G = H / kScaleGroup;
+  const int64_t RT = g.R * g.T;
+  const uint64_t M = g.msg_bytes();
+  const int row_bytes = a.fmt == Format::kBF16 ? 2 * H : H;
+  const int nvec = row_bytes / 16;
+  uint8_t* recv_x = static_cast<uint8_t*>(a.recv_x);
+  const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
+  uint8_t* out = recv_x + (row0 + first) * row_bytes;
+  const int n = rows * nvec;
+  for (int i0 = tt; i0 < n; i0 += kRecvUnroll * kRecvTeamThreads) {
+    // All loads first, then the stores: kRecvUnroll loads in flight instead of one.
+    uint4 val[kRecvUnroll];
+#pragma unroll
+    for (int u = 0; u < kRecvUnroll; ++u) {
+      const int i = i0 + u * kRecvTeamThreads;
+      if (i < n) {
+        const int s = i / nvec, v = i - s * nvec;
+        // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
+        val[u] = dev::ld_recv(
+            reinterpret_cast<const uint4*>(msg_of<kCompact>(region, route_chunk, first, s, M) + kHeaderBytes) + v,
+            c.host_mem);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRecvUnroll; ++u) {
+      const int i = i0 + u * kRecvTeamThreads;
+      if (i < n) {
+        const int s = i / nvec, v = i - s * nvec;
+        dev::st16(out + static_cast<int64_t>(s) * row_bytes + v * 16, val[u]);
+      }
+    }
+  }
+  for (int s = tt; s < rows; s += kRecvTeamThreads) {
+    const int4 h =
+        dev::ld_recv(reinterpret_cast<const int4*>(msg_of<kCompact>(region, route_chunk, first, s, M)), c.host_mem);
+    a.src_info[row0 + first + s] = h.x;
+    a.src_topk[row0 + first + s] = h.y;
+  }
+  if (a.fmt == Format::kFP8) {
+    float* sc = static_cast<float*>(a.recv_scales);
+    for (int i = tt; i < rows * G; i += kRecvTeamThreads) {
+      const int s = i / G, gi = i - s * G;
+      const float f = dev::ld_recv(
+          reinterpret_cast<const float*>(msg_of<kCompact>(region, route_chunk, first, s, M) + g.fp8_scale_offset()) +
+              gi,
+          c.host_mem);
+      sc[(static_cast<int64_t>(l) * G + gi) * RT + begin + first + s] = f;  // [L, G, R*T]: column-major view
+    }
+  } else if (a.fmt == Format::kFP8UE8M0) {
+    int32_t* sc = static_cast<int32_t*>(a.recv_scales);
+    const int G4 = G / kUe8m0Pack;
+    for (int i = tt; i < rows * G4; i += kRecvTeamThreads) {
+      const int s = i / G4, gi = i - s * G4;
+      const float4 f = dev::ld_recv(
+          reinterpret_cast<const float4*>(msg_of<kCompact>(region, route_chunk, first, s, M) + g.fp8_scale_offset()) +
+              gi,
+          c.host_mem);
+      // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first.
+      const uint32_t packed = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) |
+                              (port::ue8m0_exponent(f.z) << 16) | (port::ue8m0_exponent(f.w) << 24);
+      sc[(static_cast<int64_t>(l) * G4 + gi) * RT + begin + first + s] = static_cast<int32_t>(packed);
+    }
+  }
+}
+
+template <bool kCompact>
 __device__ void recv_phase(const DispatchArgs& a) {
   const Common& c = a.c;
   const Layout& g = c.g;
   const int L = static_cast<int>(g.L()), R = static_cast<int>(g.R), T = static_cast<int>(g.T);
-  const int H = static_cast<int>(g.H);
-  const int64_t RT = static_cast<int64_t>(R) * T;
-  const int G = H / kScaleGroup;
-  const uint64_t M = g.msg_bytes();
   __shared__ int s_begin[kRecvTeams], s_count[kRecvTeams];
-  const int row_bytes = a.fmt == Format::kBF16 ? 2 * H : H;
-  const int nvec = row_bytes / 16;
-  uint8_t* recv_x = static_cast<uint8_t*>(a.recv_x);
+  __shared__ int s_route[kRecvTeams][kRouteChunk];
   const int team = static_cast<int>(threadIdx.x) / kRecvTeamThreads;
   const int tt = static_cast<int>(threadIdx.x) % kRecvTeamThreads;
   const int team_bar = 1 + team;  // barrier 0 is __syncthreads'
@@ -267,77 +361,54 @@ __device__ void recv_phase(const DispatchArgs& a) {
                   static_cast<unsigned long long>(waited));
       s_begin[team] = begin;
       s_count[team] = count;
+      if constexpr (kCompact) {
+        // The first chunk of the route list (below), read here after the acquire: independent
+        // loads, one round trip, and no team barrier of its own.
+        const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, 0));
+        for (int s = 0; s < min(count, kRouteChunk); ++s) s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
+      }
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // the team's first thread's acquire covers the team
     const int begin = s_begin[team], count = s_count[team];
-    const uint8_t* region = c.local + g.dispatch_msg_off(c.buf, r, 0);  // messages from r
-    // Row s of (l, r) is message route[s] of that region (written before the count we acquired).
-    const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, 0));
-    uint8_t* out = recv_x + (static_cast<int64_t>(l) * RT + begin) * row_bytes;
-    const int n = count * nvec;
-    for (int i0 = tt; i0 < n; i0 += kRecvUnroll * kRecvTeamThreads) {
-      // All loads first, then the stores: kRecvUnroll loads in flight instead of one.
-      uint4 val[kRecvUnroll];
-#pragma unroll
-      for (int u = 0; u < kRecvUnroll; ++u) {
-        const int i = i0 + u * kRecvTeamThreads;
-        if (i < n) {
-          const int s = i / nvec, v = i - s * nvec;
-          // L2 loads (cg): the data arrived from another GPU during this kernel; L1 may not see it.
-          const uint8_t* msg = region + static_cast<int64_t>(dev::ld_recv(route + s, c.host_mem)) * M;
-          val[u] = dev::ld_recv(reinterpret_cast<const uint4*>(msg + kHeaderBytes) + v, c.host_mem);
+    // Fast: rows s of (l, r) are the region's slots in order. Compact: row s is message route[s]
+    // of source r's region (written before the count we acquired), the list read into shared
+    // memory a chunk at a time: one load per row, not one per 16-byte vector before each data load.
+    const uint8_t* region =
+        c.local + (kCompact ? g.dispatch_msg_off(c.buf, r, 0) : g.dispatch_slot_off(c.buf, l, r, 0));
+    if constexpr (!kCompact) recv_rows<false>(a, region, nullptr, l, begin, 0, count, tt);
+    constexpr int kChunk = kRouteChunk;
+    for (int c0 = 0; kCompact && c0 < count; c0 += kChunk) {
+      const int rows = min(kChunk, count - c0);
+      if constexpr (kCompact) {
+        if (c0 > 0) {  // chunk 0 was read by the team's first thread
+          const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, c0));
+          for (int s = tt; s < rows; s += kRecvTeamThreads) s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
+          port::team_sync(team_bar, kRecvTeamThreads);
         }
       }
-#pragma unroll
-      for (int u = 0; u < kRecvUnroll; ++u) {
-        const int i = i0 + u * kRecvTeamThreads;
-        if (i < n) {
-          const int s = i / nvec, v = i - s * nvec;
-          dev::st16(out + static_cast<int64_t>(s) * row_bytes + v * 16, val[u]);
-        }
-      }
-    }
-    const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
-    for (int s = tt; s < count; s += kRecvTeamThreads) {
-      const uint8_t* msg = region + static_cast<int64_t>(dev::ld_recv(route + s, c.host_mem)) * M;
-      const int4 h = dev::ld_recv(reinterpret_cast<const int4*>(msg), c.host_mem);
-      a.src_info[row0 + s] = h.x;
-      a.src_topk[row0 + s] = h.y;
-    }
-    if (a.fmt == Format::kFP8) {
-      float* sc = static_cast<float*>(a.recv_scales);
-      for (int i = tt; i < count * G; i += kRecvTeamThreads) {
-        const int s = i / G, gi = i - s * G;
-        const uint8_t* msg = region + static_cast<int64_t>(dev::ld_recv(route + s, c.host_mem)) * M;
-        const float f = dev::ld_recv(reinterpret_cast<const float*>(msg + g.fp8_scale_offset()) + gi, c.host_mem);
-        sc[(static_cast<int64_t>(l) * G + gi) * RT + begin + s] = f;  // [L, G, R*T]: column-major view
-      }
-    } else if (a.fmt == Format::kFP8UE8M0) {
-      int32_t* sc = static_cast<int32_t*>(a.recv_scales);
-      const int G4 = G / kUe8m0Pack;
-      for (int i = tt; i < count * G4; i += kRecvTeamThreads) {
-        const int s = i / G4, gi = i - s * G4;
-        const uint8_t* msg = region + static_cast<int64_t>(dev::ld_recv(route + s, c.host_mem)) * M;
-        const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(msg + g.fp8_scale_offset()) + gi, c.host_mem);
-        // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first.
-        const uint32_t packed = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) |
-                                (port::ue8m0_exponent(f.z) << 16) | (port::ue8m0_exponent(f.w) << 24);
-        sc[(static_cast<int64_t>(l) * G4 + gi) * RT + begin + s] = static_cast<int32_t>(packed);
+      recv_rows<kCompact>(a, region, s_route[team], l, begin, c0, rows, tt);
+      if constexpr (kCompact) {
+        if (c0 + kChunk < count) port::team_sync(team_bar, kRecvTeamThreads);  // the chunk is refilled
       }
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count reuse
   }
 }
 
+template <bool kCompact>
 __global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const ANYEP_GRID_CONSTANT DispatchArgs a) {
-  if (a.c.phases & kPhaseSend) send_phase(a);
-  if (a.c.phases & kPhaseRecv) recv_phase(a);
+  if (a.c.phases & kPhaseSend) send_phase<kCompact>(a);
+  if (a.c.phases & kPhaseRecv) recv_phase<kCompact>(a);
 }
 
 }  // namespace
 
 cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream) {
-  dispatch_kernel<<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
+  // One instantiation per dispatch layout (ll_layout.h): the fast one pays nothing for the other.
+  if (a.c.g.compact)
+    dispatch_kernel<true><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
+  else
+    dispatch_kernel<false><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -34,12 +34,17 @@
 //     barrier[r] int32 at 4 * (4*X + r)                               (r = the arriving rank, r < X)
 //         the elastic barrier of clean (shrink mode): how many barriers rank r has arrived at
 //         here; never reset (clean resets only the 4*X words above), readers keep their own count.
-//   dispatch region (offset S, size D = 2 * R * T * C * M), C = min(kMaxTopk, L) message slots per
-//   (source rank, token): a token has at most C top-k entries on one rank:
+//   dispatch region (offset S), in one of two layouts (Layout::compact; ANYEP_LL_LAYOUT):
+//   fast (default; size D = 2 * E * T * M):
+//     slot (b, l, r, s) at S + ((b*L + l)*R + r) * T * M + s * M     (s < T: row s of (l, r))
+//         one private region per (local expert l, source rank r): no two senders share a byte.
+//   compact (size D = 2 * R * T * C * M), C = min(kMaxTopk, L) message slots per (source rank,
+//   token): a token has at most C top-k entries on one rank:
 //     message (b, r, m) at S + ((b*R + r) * T*C + m) * M             (m = t*C + k': token t of
 //         source r, k' = how many of t's top-k entries before this one go to the same rank)
 //         one private region per source rank: no two senders share a byte. A receiver finds the
-//         rows of (local expert l, source r) through the route lists below.
+//         rows of (local expert l, source r) through the route lists below (one more load per
+//         row than the fast layout: 2026-11-24, dispatch 17.1 -> 20.2 us at one rank, docs/ll.md).
 //   combine region (offset S + D, size C = 2 * T * kMaxTopk * W, slot stride W = 16 + 2H):
 //     slot (b, t, k) at S + D + ((b*T + t)*kMaxTopk + k) * W         (t: token on the home rank)
 //         one private slot per (home token, top-k entry): the expert's output row lands there
@@ -57,11 +62,12 @@
 //     slot (b, t, k) at S + D + C + ((b*T + t)*kMaxTopk + k) * M
 //         a message for a peer without direct stores is built here (header with its own top-k
 //         slot k) and a proxy WRITE copies it to the owner's dispatch slot. Combine needs no
-//         staging area of its own: the row (l, r, s) it returns is staged in the message slot
-//         (b_d, r, route(b_d, l, r, s)) it arrived in (already copied out by the dispatch receive
-//         phase, and not rewritten before rank r has received this combine), laid out as its
-//         combine slot (a message slot, M = align16(16 + 2H) bytes, holds a combine row of
-//         W = 16 + 2H bytes).
+//         staging area of its own: the row (l, r, s) it returns is staged in the slot it arrived
+//         in (fast: (b_d, l, r, s); compact: message (b_d, r, route(b_d, l, r, s))), already
+//         copied out by the dispatch receive phase and not rewritten before rank r has received
+//         this combine, laid out as its combine slot (a message slot, M = align16(16 + 2H) bytes,
+//         holds a combine row of W = 16 + 2H bytes).
+//   compact layout only (Q = 0 in the fast one):
 //   route lists (offset S + D + C + P, size Q = 2 * E * Tp * 4, Tp = align4(T)): int32
 //     route(b, l, r, s) at S + D + C + P + 4 * (((b*L + l)*R + r) * Tp + s)
 //         the message m holding row s of (local expert l, source r): written by the sender with
@@ -90,10 +96,10 @@
 //
 // Only the runtime (src/runtime) and the kernels read this layout; callers allocate handle_ints().
 //
-// Footprint at T=128, H=7168, R=2, E=288 (C = 16): M = 14352, D = 117,571,584, C = 58,785,792,
-// P = 58,785,792, Q = 294,912, S = 81,920, total 235,814,912 bytes (DeepEP: 2.15 GB; this layout
-// with one region per (expert, source), until 2026-11-24: 1,175,797,760). One message per
-// (token, destination rank) instead of per top-k entry would cut D by C (docs/ll.md).
+// Footprint at T=128, H=7168, R=2, E=288: M = 14352, C = 58,785,792, P = 58,785,792, S = 81,920;
+// fast: D = 1,058,144,256, total 1,175,797,760 bytes; compact (C = 16): D = 117,571,584,
+// Q = 294,912, total 235,814,912 bytes (DeepEP: 2.15 GB). One message per (token, destination
+// rank) instead of per top-k entry would cut the compact D by C (docs/ll.md).
 #pragma once
 
 #include <cstdint>
@@ -164,6 +170,7 @@ ANYEP_HD ANYEP_INLINE constexpr uint32_t logfmt_word_bits(int w, int64_t G) {
 
 struct Layout {
   int64_t T = 0, H = 0, R = 0, E = 0;
+  bool compact = false;  // dispatch region layout (see above): fast (E x T slots) or compact
 
   ANYEP_HD ANYEP_INLINE constexpr int64_t L() const { return E / R; }
   // Message stride (both formats).
@@ -182,12 +189,13 @@ struct Layout {
   // Message slots per (source rank, token): at most this many top-k entries of a token go to one rank.
   ANYEP_HD ANYEP_INLINE constexpr int64_t slots_per_token() const { return L() < kMaxTopk ? L() : kMaxTopk; }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_half_bytes() const {
-    return static_cast<uint64_t>(R) * static_cast<uint64_t>(T) * static_cast<uint64_t>(slots_per_token()) * msg_bytes();
+    return (compact ? static_cast<uint64_t>(R) * static_cast<uint64_t>(slots_per_token()) : static_cast<uint64_t>(E)) *
+           static_cast<uint64_t>(T) * msg_bytes();
   }
   // Route lists: T rounded up to 4 entries so that every list starts 16-byte aligned (WRITE offsets).
   ANYEP_HD ANYEP_INLINE constexpr int64_t route_stride() const { return (T + 3) / 4 * 4; }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t route_half_bytes() const {
-    return 4ull * static_cast<uint64_t>(E) * static_cast<uint64_t>(route_stride());
+    return compact ? 4ull * static_cast<uint64_t>(E) * static_cast<uint64_t>(route_stride()) : 0ull;
   }
   // Combine slot: the row header, then the row (BF16 or LogFMT, see the layout comment).
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_bytes() const {
@@ -223,7 +231,12 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE static constexpr uint64_t barrier_off(int64_t r) {
     return 4ull * static_cast<uint64_t>(kNumResetCounters + r);
   }
-  // Message m (= t * slots_per_token() + k') from source rank r in half b.
+  // Fast layout: row s of (local expert l, source rank r) in half b.
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_slot_off(int b, int64_t l, int64_t r, int64_t s) const {
+    return signal_bytes() + static_cast<uint64_t>((b * L() + l) * R + r) * static_cast<uint64_t>(T) * msg_bytes() +
+           static_cast<uint64_t>(s) * msg_bytes();
+  }
+  // Compact layout: message m (= t * slots_per_token() + k') from source rank r in half b.
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_msg_off(int b, int64_t r, int64_t m) const {
     return signal_bytes() + static_cast<uint64_t>((b * R + r) * T * slots_per_token() + m) * msg_bytes();
   }

@@ -21,7 +21,7 @@ constexpr uint32_t kPeerInfoMagic = 0x414c4c31;  // "ALL1"
 }  // namespace
 
 int64_t LowLatencyBuffer::size_hint(int64_t T, int64_t H, int64_t R, int64_t E) {
-  ll::Layout g{T, H, R, E};
+  const ll::Layout g{T, H, R, E, compact_layout_from_env()};
   if (const char* why = ll::layout_unsupported(g)) throw InvalidArgument(std::string("anyep LL size hint: ") + why);
   return static_cast<int64_t>(g.total_bytes());
 }
@@ -81,6 +81,7 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   opened_.assign(num_ranks, false);
   timeout_ns_ = env::get_duration_ns("ANYEP_TIMEOUT_S");
   check_inputs_ = env::get_bool("ANYEP_LL_CHECK_INPUTS");
+  compact_ = compact_layout_from_env();
 }
 
 LowLatencyBuffer::~LowLatencyBuffer() {
@@ -173,7 +174,8 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
 std::string LowLatencyBuffer::describe_paths() const {
   std::string direct, proxied;
   for (int r = 0; r < num_ranks_; ++r) (host_peers_[r] ? direct : proxied) += (std::to_string(r) + ",");
-  std::string out = "path " + std::string(ll_path_name(path_)) + (host_staged() ? " (host-staged buffer)" : "");
+  std::string out = "path " + std::string(ll_path_name(path_)) + (host_staged() ? " (host-staged buffer)" : "") +
+                    (compact_ ? " (compact dispatch layout)" : "");
   if (!direct.empty()) out += "; direct stores to ranks " + direct.substr(0, direct.size() - 1);
   if (!proxied.empty())
     out += "; " + (proxy_ ? "proxy (" + proxy_->describe() + ")" : std::string("no path")) + " to ranks " +

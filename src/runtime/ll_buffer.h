@@ -61,7 +61,7 @@ class LowLatencyBuffer {
   // Checks the shape against the buffer and the limits; throws InvalidArgument naming the problem.
   ll::Layout layout_for(const LLShape& s) const;
   // What the call checks (runtime/ll_validate.h) need to know of this buffer.
-  LLBufferInfo info() const { return {num_ranks_, device_, num_bytes_, shrink()}; }
+  LLBufferInfo info() const { return {num_ranks_, device_, num_bytes_, shrink(), compact_}; }
   // ANYEP_LL_CHECK_INPUTS (default off), read at construction: check topk_idx values on the host
   // before a call (a copy and a stream sync; the kernels refuse bad values either way).
   bool check_inputs() const { return check_inputs_; }
@@ -132,6 +132,7 @@ class LowLatencyBuffer {
   bool connected_ = false;
   bool destroyed_ = false;
   bool check_inputs_ = false;
+  bool compact_ = false;  // compact dispatch layout (ANYEP_LL_LAYOUT), fixed for the buffer's life
 };
 
 }  // namespace anyep::runtime

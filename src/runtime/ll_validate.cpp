@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "runtime/check.h"
 
@@ -26,8 +27,10 @@ std::string not_multiple(int64_t E, int R) {
 
 }  // namespace
 
+bool compact_layout_from_env() { return env::get_enum("ANYEP_LL_LAYOUT") == "compact"; }
+
 ll::Layout validate_layout(int64_t T, int64_t H, int64_t E, const LLBufferInfo& buf) {
-  const ll::Layout g{T, H, buf.num_ranks, E};
+  const ll::Layout g{T, H, buf.num_ranks, E, buf.compact};
   if (const char* why = ll::layout_unsupported(g)) throw InvalidArgument(std::string("anyep LL: ") + why);
   if (static_cast<int64_t>(g.total_bytes()) > buf.num_bytes)
     throw InvalidArgument("anyep LL: buffer too small: shape (tokens " + to_string(T) + ", hidden " + to_string(H) +

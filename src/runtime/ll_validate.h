@@ -18,7 +18,11 @@ struct LLBufferInfo {
   int device = 0;         // every tensor must live on this CUDA device
   int64_t num_bytes = 0;  // LL buffer size (the shape must fit)
   bool shrink = false;    // built with enable_shrink: the rank mask exists
+  bool compact = false;   // the compact dispatch layout (ll_layout.h; ANYEP_LL_LAYOUT)
 };
+
+// ANYEP_LL_LAYOUT: true for the compact dispatch layout. Read by whoever sizes or builds a buffer.
+bool compact_layout_from_env();
 
 struct LLDispatchIn {
   TensorRef x;                      // BFloat16 [N, H], N <= T

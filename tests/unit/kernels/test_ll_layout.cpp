@@ -11,58 +11,83 @@ namespace anyep::ll {
 namespace {
 
 TEST(LLLayout, DeepEPShapeFootprint) {
-  const Layout g{128, 7168, 2, 288};
+  const Layout g{128, 7168, 2, 288};  // the fast layout (default)
+  EXPECT_FALSE(g.compact);
   EXPECT_EQ(g.L(), 144);
   EXPECT_EQ(g.msg_bytes(), 16u + 2u * 7168u);
-  EXPECT_EQ(g.signal_bytes(), 81920u);       // fixed: (2 halves x 2 kinds + barrier) x kMaxExperts x 4 B
-  EXPECT_EQ(g.slots_per_token(), kMaxTopk);  // 144 local experts: capped at 16
-  EXPECT_EQ(g.dispatch_half_bytes(), 2ull * 128ull * 16ull * 14352ull);  // R x T x 16 messages, not E x T
-  EXPECT_EQ(g.route_half_bytes(), 4ull * 288ull * 128ull);
+  EXPECT_EQ(g.signal_bytes(), 81920u);  // fixed: (2 halves x 2 kinds + barrier) x kMaxExperts x 4 B
+  EXPECT_EQ(g.dispatch_half_bytes(), 288ull * 128ull * 14352ull);
+  EXPECT_EQ(g.route_half_bytes(), 0u);
   EXPECT_EQ(g.combine_half_bytes(), 128ull * kMaxTopk * (16ull + 2ull * 7168ull));  // row header + BF16 row
   EXPECT_EQ(g.stage_half_bytes(), 128ull * kMaxTopk * 14352ull);
-  EXPECT_EQ(g.total_bytes(), 235814912ull);  // docs/ll.md; DeepEP needs 2.15 GB here (E x T messages: 1.18 GB)
+  EXPECT_EQ(g.total_bytes(), 1175797760ull);  // docs/ll.md; DeepEP needs 2.15 GB here
   EXPECT_EQ(g.msg_used_bytes(true), g.msg_bytes());
   EXPECT_EQ(g.msg_used_bytes(false), 16u + 7168u + 4u * 56u);  // header, e4m3 payload, float scales
   EXPECT_LT(g.total_bytes(), 2150000000ull);
+
+  const Layout c{128, 7168, 2, 288, /*compact=*/true};
+  EXPECT_EQ(c.slots_per_token(), kMaxTopk);                              // 144 local experts: capped at 16
+  EXPECT_EQ(c.dispatch_half_bytes(), 2ull * 128ull * 16ull * 14352ull);  // R x T x 16 messages, not E x T
+  EXPECT_EQ(c.route_half_bytes(), 4ull * 288ull * 128ull);
+  EXPECT_EQ(c.total_bytes(), 235814912ull);  // docs/ll.md: a fifth of the fast layout's
+  // Everything but the dispatch region and the route lists is where the fast layout has it.
+  EXPECT_EQ(c.combine_half_bytes(), g.combine_half_bytes());
+  EXPECT_EQ(c.stage_half_bytes(), g.stage_half_bytes());
 }
 
 TEST(LLLayout, RegionsAreDisjointAndInside) {
-  for (const Layout g : {Layout{128, 7168, 2, 288}, Layout{64, 2048, 4, 24}, Layout{1, 128, 1, 1}}) {
-    const int64_t L = g.L();
-    // Signals fit in their area.
-    EXPECT_LE(g.combine_flag_off(1, g.E - 1) + 4, g.signal_bytes());
-    EXPECT_LE(g.dispatch_count_off(1, L - 1, g.R - 1) + 4, g.combine_flag_off(0, 0));
-    // Message slots follow the signals; consecutive slots/regions are one message apart.
-    const int64_t C = g.slots_per_token(), TC = g.T * C;
-    EXPECT_EQ(C, L < kMaxTopk ? L : kMaxTopk);
-    EXPECT_EQ(g.dispatch_msg_off(0, 0, 0), g.signal_bytes());
-    EXPECT_EQ(g.dispatch_msg_off(0, 0, 1) - g.dispatch_msg_off(0, 0, 0), g.msg_bytes());
-    EXPECT_EQ(g.dispatch_msg_off(0, 1 % g.R, 0) - g.dispatch_msg_off(0, 0, 0), g.R > 1 ? TC * g.msg_bytes() : 0u);
-    EXPECT_EQ(g.dispatch_msg_off(1, 0, 0), g.signal_bytes() + g.dispatch_half_bytes());
-    EXPECT_EQ(g.dispatch_msg_off(1, g.R - 1, TC - 1) + g.msg_bytes(), g.combine_slot_off(0, 0, 0));
-    EXPECT_LE(g.dispatch_half_bytes(), static_cast<uint64_t>(g.E * g.T) * g.msg_bytes());  // never above E x T
-    EXPECT_EQ(g.combine_slot_off(1, g.T - 1, kMaxTopk - 1) + g.combine_slot_bytes(), g.stage_slot_off(0, 0, 0));
-    EXPECT_EQ(g.stage_slot_off(1, g.T - 1, kMaxTopk - 1) + g.msg_bytes(), g.route_base());
-    EXPECT_EQ(g.stage_slot_off(0, 0, 0) % 16, 0u);
-    // Route lists, then their send staging, end the buffer; every list starts 16-byte aligned (a
-    // WRITE's offsets) and holds T entries.
-    EXPECT_EQ(g.route_off(0, 0, 0, 0), g.route_base());
-    EXPECT_EQ(g.route_off(1, L - 1, g.R - 1, g.T - 1) + 4, g.route_stage_base() - 4 * (g.route_stride() - g.T));
-    EXPECT_EQ(g.route_stage_off(1, g.E - 1, g.route_stride() - 1) + 4, g.total_bytes());
-    for (int b = 0; b < 2; ++b)
-      for (int64_t l = 0; l < L; ++l)
-        for (int64_t r = 0; r < g.R; ++r) EXPECT_EQ(g.route_off(b, l, r, 0) % 16, 0u);
-    for (int64_t e = 0; e < g.E; ++e) EXPECT_EQ(g.route_stage_off(1, e, 0) % 16, 0u);
-    EXPECT_LE(g.msg_used_bytes(false), g.msg_bytes());
-    // Every message and slot is 16-byte aligned (16-byte vector stores).
-    EXPECT_EQ(g.msg_bytes() % 16, 0u);
-    EXPECT_EQ(g.signal_bytes() % 16, 0u);
-    EXPECT_EQ(g.fp8_scale_offset() % 16, 0u);
-    EXPECT_EQ(g.combine_slot_bytes() % 16, 0u);
-    // A combine row (BF16 or LogFMT) staged for the proxy fits the dispatch slot it is staged in.
-    EXPECT_LE(g.combine_slot_bytes(), g.msg_bytes());
-    EXPECT_EQ(g.combine_values_off(0, 0, 0), g.combine_slot_off(0, 0, 0) + kHeaderBytes);
-  }
+  for (const bool compact : {false, true})
+    for (Layout g : {Layout{128, 7168, 2, 288}, Layout{64, 2048, 4, 24}, Layout{1, 128, 1, 1}}) {
+      g.compact = compact;
+      SCOPED_TRACE(compact ? "compact" : "fast");
+      const int64_t L = g.L();
+      // Signals fit in their area.
+      EXPECT_LE(g.combine_flag_off(1, g.E - 1) + 4, g.signal_bytes());
+      EXPECT_LE(g.dispatch_count_off(1, L - 1, g.R - 1) + 4, g.combine_flag_off(0, 0));
+      // The dispatch region follows the signals; consecutive slots/regions are one message apart.
+      if (compact) {
+        const int64_t C = g.slots_per_token(), TC = g.T * C;
+        EXPECT_EQ(C, L < kMaxTopk ? L : kMaxTopk);
+        EXPECT_EQ(g.dispatch_msg_off(0, 0, 0), g.signal_bytes());
+        EXPECT_EQ(g.dispatch_msg_off(0, 0, 1) - g.dispatch_msg_off(0, 0, 0), g.msg_bytes());
+        EXPECT_EQ(g.dispatch_msg_off(0, 1 % g.R, 0) - g.dispatch_msg_off(0, 0, 0), g.R > 1 ? TC * g.msg_bytes() : 0u);
+        EXPECT_EQ(g.dispatch_msg_off(1, 0, 0), g.signal_bytes() + g.dispatch_half_bytes());
+        EXPECT_EQ(g.dispatch_msg_off(1, g.R - 1, TC - 1) + g.msg_bytes(), g.combine_slot_off(0, 0, 0));
+        EXPECT_LE(g.dispatch_half_bytes(), static_cast<uint64_t>(g.E * g.T) * g.msg_bytes());  // never above E x T
+      } else {
+        EXPECT_EQ(g.dispatch_slot_off(0, 0, 0, 0), g.signal_bytes());
+        EXPECT_EQ(g.dispatch_slot_off(0, 0, 0, 1) - g.dispatch_slot_off(0, 0, 0, 0), g.msg_bytes());
+        EXPECT_EQ(g.dispatch_slot_off(0, 0, 1 % g.R, 0) - g.dispatch_slot_off(0, 0, 0, 0),
+                  g.R > 1 ? g.T * g.msg_bytes() : 0u);
+        EXPECT_EQ(g.dispatch_slot_off(1, 0, 0, 0), g.signal_bytes() + g.dispatch_half_bytes());
+        EXPECT_EQ(g.dispatch_slot_off(1, L - 1, g.R - 1, g.T - 1) + g.msg_bytes(), g.combine_slot_off(0, 0, 0));
+      }
+      EXPECT_EQ(g.combine_slot_off(1, g.T - 1, kMaxTopk - 1) + g.combine_slot_bytes(), g.stage_slot_off(0, 0, 0));
+      EXPECT_EQ(g.stage_slot_off(1, g.T - 1, kMaxTopk - 1) + g.msg_bytes(), g.route_base());
+      EXPECT_EQ(g.stage_slot_off(0, 0, 0) % 16, 0u);
+      if (compact) {
+        // Route lists, then their send staging, end the buffer; every list starts 16-byte aligned
+        // (a WRITE's offsets) and holds T entries.
+        EXPECT_EQ(g.route_off(0, 0, 0, 0), g.route_base());
+        EXPECT_EQ(g.route_off(1, L - 1, g.R - 1, g.T - 1) + 4, g.route_stage_base() - 4 * (g.route_stride() - g.T));
+        EXPECT_EQ(g.route_stage_off(1, g.E - 1, g.route_stride() - 1) + 4, g.total_bytes());
+        for (int b = 0; b < 2; ++b)
+          for (int64_t l = 0; l < L; ++l)
+            for (int64_t r = 0; r < g.R; ++r) EXPECT_EQ(g.route_off(b, l, r, 0) % 16, 0u);
+        for (int64_t e = 0; e < g.E; ++e) EXPECT_EQ(g.route_stage_off(1, e, 0) % 16, 0u);
+      } else {
+        EXPECT_EQ(g.route_base(), g.total_bytes());  // no route lists
+      }
+      EXPECT_LE(g.msg_used_bytes(false), g.msg_bytes());
+      // Every message and slot is 16-byte aligned (16-byte vector stores).
+      EXPECT_EQ(g.msg_bytes() % 16, 0u);
+      EXPECT_EQ(g.signal_bytes() % 16, 0u);
+      EXPECT_EQ(g.fp8_scale_offset() % 16, 0u);
+      EXPECT_EQ(g.combine_slot_bytes() % 16, 0u);
+      // A combine row (BF16 or LogFMT) staged for the proxy fits the dispatch slot it is staged in.
+      EXPECT_LE(g.combine_slot_bytes(), g.msg_bytes());
+      EXPECT_EQ(g.combine_values_off(0, 0, 0), g.combine_slot_off(0, 0, 0) + kHeaderBytes);
+    }
 }
 
 // Every top-k entry of every token gets its own message slot on its owner, below T x C: random
@@ -70,7 +95,7 @@ TEST(LLLayout, RegionsAreDisjointAndInside) {
 TEST(LLLayout, MessageSlotsOfATokenAreDistinctAndInRange) {
   uint64_t seed = 12345;
   auto next = [&seed] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
-  for (const Layout g : {Layout{16, 128, 2, 288}, Layout{16, 128, 4, 24}, Layout{16, 128, 8, 8}}) {
+  for (const Layout g : {Layout{16, 128, 2, 288, true}, Layout{16, 128, 4, 24, true}, Layout{16, 128, 8, 8, true}}) {
     const int64_t L = g.L(), C = g.slots_per_token();
     for (int K : {1, 4, 8, 16}) {
       if (K > g.E) continue;
@@ -94,7 +119,7 @@ TEST(LLLayout, MessageSlotsOfATokenAreDistinctAndInRange) {
     }
   }
   // A duplicate expert is what can overflow a rank's C slots (the sender reports it).
-  const Layout g{16, 128, 8, 8};  // L = 1, C = 1
+  const Layout g{16, 128, 8, 8, true};  // L = 1, C = 1
   const int64_t dup[2] = {3, 3};
   EXPECT_EQ(msg_slot_in_token(dup, 1, g.L(), g.E), 1);
   EXPECT_EQ(g.slots_per_token(), 1);

@@ -1,0 +1,13 @@
+// anyep/src/kernels/ll_combine_compact.cu — the low-latency combine kernel for the compact dispatch
+// layout (ll_layout.h; rows for a rank behind the proxy are staged where their route entries say).
+// Its own translation unit: see ll_combine_impl.cuh.
+#include "kernels/ll_combine_impl.cuh"
+
+namespace anyep::ll {
+
+cudaError_t launch_combine_compact(const CombineArgs& a, cudaStream_t stream) {
+  combine_kernel<true><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace anyep::ll
