@@ -414,6 +414,14 @@ ANYEP_HD ANYEP_INLINE uint64_t warp_broadcast(uint64_t mask, uint64_t v, int src
 #endif
 }
 
+// Whether warp_match_any returns every lane with an equal value (a match instruction), rather
+// than only the calling lane: code that counts equal lanes needs the exact answer.
+#if defined(ANYEP_DEVICE_PASS) && !defined(__CUDA_ARCH__)
+inline constexpr bool kExactMatchAny = false;
+#else
+inline constexpr bool kExactMatchAny = true;
+#endif
+
 // Lanes of `mask` whose `v` equals this lane's (all lanes of `mask` must call this).
 ANYEP_HD ANYEP_INLINE uint64_t warp_match_any(uint64_t mask, uint64_t v) {
 #if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)

@@ -76,8 +76,15 @@ __device__ void send_phase(const DispatchArgs& a) {
       int kp = 0;
       if constexpr (kCompact) {
         const int owner_of_k = e >= 0 && e < E ? e / L : -1;
-        kp = port::popcount64(port::warp_match_any((1ull << K) - 1, static_cast<uint64_t>(owner_of_k)) &
-                              ((1ull << k) - 1));
+        const uint64_t lanes = (1ull << K) - 1;
+        if constexpr (port::kExactMatchAny) {
+          kp = port::popcount64(port::warp_match_any(lanes, static_cast<uint64_t>(owner_of_k)) & ((1ull << k) - 1));
+        } else {  // no match instruction: the owners of the lanes before k, one broadcast each
+          for (int j = 0; j < K; ++j) {
+            const int owner_j = static_cast<int>(port::warp_broadcast(lanes, static_cast<uint64_t>(owner_of_k), j));
+            kp += (j < k && owner_j >= 0 && owner_j == owner_of_k);
+          }
+        }
       }
       if (e >= E) dev::report(c.err, kErrBadExpert, c.rank, e, -1, t);
       // A masked owner (shrink mode) gets nothing; the token is still counted as sent below.
