@@ -156,14 +156,7 @@ __device__ __forceinline__ void row_values(const Layout& g, const uint8_t* row, 
     }
     raw = reinterpret_cast<const uint4*>(gp) + q;
   }
-  const uint4 r = dev::ld_recv(raw, host_mem);
-  const uint32_t* h = reinterpret_cast<const uint32_t*>(&r);  // BF16 pairs
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = port::bf16x2_to_float2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
+  dev::bf16x8_to_float(dev::ld_recv(raw, host_mem), out);
 }
 
 // out[t] = sum over the top-k slots j in `valid` (a bit per slot) of s_w[j] * row s_src[j], in

@@ -63,6 +63,17 @@ __device__ inline bool rank_masked_block(const Common& c, int r) {
   return s_masked != 0;
 }
 
+// The 8 BF16 values of a 16-byte vector, as floats.
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
+  const uint32_t* h = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = port::bf16x2_to_float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
 // Received data: a peer GPU (NVLink stores or copy engine) wrote it into our device memory, so an
 // L2 load (cg) sees it; in a host-staged buffer a proxy wrote it into host memory through the NIC,
 // and a cached copy of an earlier round's line may sit in L2, so fetch it again (cv).

@@ -42,16 +42,6 @@ __device__ __forceinline__ uint4 cast16_fp8(const float* f, float inv) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
-  const uint32_t* h = reinterpret_cast<const uint32_t*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = port::bf16x2_to_float2(h[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-
 template <bool kCompact>
 __device__ void send_phase(const DispatchArgs& a) {
   const Common& c = a.c;
@@ -134,8 +124,8 @@ __device__ void send_phase(const DispatchArgs& a) {
         float f[16];
         float amax = 0.0f;
         if (active) {
-          bf16x8_to_float(port::load16_read_once(row + v * 32), f);
-          bf16x8_to_float(port::load16_read_once(row + v * 32 + 16), f + 8);
+          dev::bf16x8_to_float(port::load16_read_once(row + v * 32), f);
+          dev::bf16x8_to_float(port::load16_read_once(row + v * 32 + 16), f + 8);
 #pragma unroll
           for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(f[i]));
         }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "cluster_waits.h"
 #include "common/error.h"
 #include "proxy/completion_context.h"
 #include "testkit/local_cluster.h"
@@ -88,26 +89,6 @@ struct World {
     cl->start();
   }
 };
-
-uint64_t wait_counter(const uint64_t* c, uint64_t want, double seconds = 20) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  uint64_t v;
-  while ((v = port::load_acquire_system(c)) < want && std::chrono::steady_clock::now() < end) std::this_thread::yield();
-  return v;
-}
-
-std::string wait_error(LocalCluster& cl, double seconds = 20) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    try {
-      cl.check();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return "";
-}
 
 // Rank 0 sends a round (4 writes + a count-fenced signal on counter `counter`) to ranks 1 and 2
 // on ring `ring`, then a QUIET; true if the QUIET retired within the limit.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "cluster_waits.h"
 #include "common/error.h"
 #include "testkit/local_cluster.h"
 #include "transport/forwarding_transport.h"
@@ -30,27 +31,6 @@ LocalClusterConfig small(uint32_t ranks, int ordering, uint64_t timeout_ms = 200
   c.proxy.timeout_ns = timeout_ms * 1000000ull;
   c.proxy.ranks_per_node = 1;  // every rank its own host: flat barriers (test_host_barrier covers hosts)
   return c;
-}
-
-uint64_t wait_counter(const uint64_t* c, uint64_t want, double seconds = 20) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  uint64_t v;
-  while ((v = port::load_acquire_system(c)) < want && std::chrono::steady_clock::now() < end) std::this_thread::yield();
-  return v;
-}
-
-// Waits until the cluster reports an error; returns its message ("" if none within the limit).
-std::string wait_error(LocalCluster& cl, double seconds = 20) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    try {
-      cl.check();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return "";
 }
 
 class ProxyOps : public ::testing::TestWithParam<int> {};
