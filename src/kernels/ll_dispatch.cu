@@ -61,19 +61,17 @@ __device__ void send_phase(const DispatchArgs& a) {
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + k]);
       uint8_t* dst = nullptr;
       int proxy_slot = -1;
-      // Compact: k' of msg_slot_in_token (ll_layout.h), from one match over the K lanes instead of
-      // k loads: the valid entries before k with the same owner (-1: no owner, never a valid one's).
+      // Compact: k' of msg_slot_in_token (ll_layout.h), the valid entries before k with the same
+      // owner; with a match instruction from one match over the K lanes (-1: no owner, never a
+      // valid one's) instead of k loads of the top-k row.
       int kp = 0;
       if constexpr (kCompact) {
-        const int owner_of_k = e >= 0 && e < E ? e / L : -1;
-        const uint64_t lanes = (1ull << K) - 1;
         if constexpr (port::kExactMatchAny) {
-          kp = port::popcount64(port::warp_match_any(lanes, static_cast<uint64_t>(owner_of_k)) & ((1ull << k) - 1));
-        } else {  // no match instruction: the owners of the lanes before k, one broadcast each
-          for (int j = 0; j < K; ++j) {
-            const int owner_j = static_cast<int>(port::warp_broadcast(lanes, static_cast<uint64_t>(owner_of_k), j));
-            kp += (j < k && owner_j >= 0 && owner_j == owner_of_k);
-          }
+          const int owner_of_k = e >= 0 && e < E ? e / L : -1;
+          kp = port::popcount64(port::warp_match_any((1ull << K) - 1, static_cast<uint64_t>(owner_of_k)) &
+                                ((1ull << k) - 1));
+        } else {
+          kp = msg_slot_in_token(a.topk_idx + static_cast<int64_t>(t) * K, k, L, E);
         }
       }
       if (e >= E) dev::report(c.err, kErrBadExpert, c.rank, e, -1, t);
@@ -372,20 +370,18 @@ __device__ void recv_phase(const DispatchArgs& a) {
     // memory a chunk at a time: one load per row, not one per 16-byte vector before each data load.
     const uint8_t* region =
         c.local + (kCompact ? g.dispatch_msg_off(c.buf, r, 0) : g.dispatch_slot_off(c.buf, l, r, 0));
-    if constexpr (!kCompact) recv_rows<false>(a, region, nullptr, l, begin, 0, count, tt);
-    constexpr int kChunk = kRouteChunk;
-    for (int c0 = 0; kCompact && c0 < count; c0 += kChunk) {
-      const int rows = min(kChunk, count - c0);
-      if constexpr (kCompact) {
+    if constexpr (!kCompact) {
+      recv_rows<false>(a, region, nullptr, l, begin, 0, count, tt);
+    } else {
+      for (int c0 = 0; c0 < count; c0 += kRouteChunk) {
+        const int rows = min(kRouteChunk, count - c0);
         if (c0 > 0) {  // chunk 0 was read by the team's first thread
           const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, c0));
           for (int s = tt; s < rows; s += kRecvTeamThreads) s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
           port::team_sync(team_bar, kRecvTeamThreads);
         }
-      }
-      recv_rows<kCompact>(a, region, s_route[team], l, begin, c0, rows, tt);
-      if constexpr (kCompact) {
-        if (c0 + kChunk < count) port::team_sync(team_bar, kRecvTeamThreads);  // the chunk is refilled
+        recv_rows<true>(a, region, s_route[team], l, begin, c0, rows, tt);
+        if (c0 + kRouteChunk < count) port::team_sync(team_bar, kRecvTeamThreads);  // the chunk is refilled
       }
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count reuse

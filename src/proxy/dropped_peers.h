@@ -28,7 +28,6 @@ class DroppedPeers {
   bool drop(uint32_t peer, const std::string& why);
   std::vector<uint32_t> list() const;
   std::string reason(uint32_t peer) const;  // "" if not dropped
-  uint32_t num_ranks() const { return n_; }
 
  private:
   uint32_t n_;

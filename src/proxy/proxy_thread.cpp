@@ -133,8 +133,10 @@ void ProxyThread::run(const std::atomic<bool>& stop) {
     if (!failed_) busy |= poll_transport(now);
     if (link_.credits_pending() && !failed_) {
       uint32_t peer = ~0u;
-      if (link_.send_credits(&peer) && !drop_peer(peer, where(~0u) + ": " + link_.last_error()))
-        fatal(anyepTransportError, where(~0u) + ": " + link_.last_error());
+      if (link_.send_credits(&peer)) {
+        const std::string msg = where(~0u) + ": " + link_.last_error();
+        if (!drop_peer(peer, msg)) fatal(anyepTransportError, msg);
+      }
     }
     if ((iter & 255) == 0 && !failed_) check_timeouts(now);
     if (busy) {

@@ -40,9 +40,6 @@ class DeadPeer final : public transport::ForwardingTransport {
     if (w.dst_rank == kDead && dead_->load() && how_ != Death::kCompletionsFail) return refuse();
     return inner_->post_write(w);
   }
-  int post_writes(const transport::WriteDesc* w, size_t n, size_t* posted) override {
-    return Transport::post_writes(w, n, posted);  // one by one, through post_write above
-  }
   int post_imm(uint32_t dst, uint32_t imm, uint64_t context) override {
     if (dst == kDead && dead_->load() && how_ != Death::kCompletionsFail) return refuse();
     return inner_->post_imm(dst, imm, context);
