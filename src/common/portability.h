@@ -214,6 +214,20 @@ ANYEP_HD ANYEP_INLINE void atomic_add_release_device(int32_t* p, int32_t v) {
 #endif
 }
 
+// Add with acquire and release at device scope; returns the old value (a completion count whose
+// last adder publishes what every adder wrote: its acquire covers their releases).
+ANYEP_HD ANYEP_INLINE int32_t atomic_add_acq_rel_device(int32_t* p, int32_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  int32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+#elif defined(ANYEP_DEVICE_PASS)
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+#endif
+}
+
 // Publish 16 bytes {lo, hi} to host-visible memory with release semantics at system scope.
 // On the GPU this is ONE 16-byte vector store (one PCIe write): the consumer reads the slot with
 // load16_acquire_system and sees either the old or the new 16 bytes, never a mix, as long as `p`

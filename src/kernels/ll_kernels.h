@@ -52,9 +52,10 @@ struct Workspace {
   // receive needs no last-block pass. 8-byte aligned: it starts at int 2E of the workspace.
   unsigned long long* recv_arrivals;
   int32_t* blocks_done;   // [1] finished combine receive blocks
+  int32_t* combine_done;  // [E] per (local expert, rank) pair, this call: rows the combine send has written
   int32_t* barrier_sent;  // [R] barrier arrivals sent to each rank
   int32_t* barrier_seen;  // [R] barrier arrivals of each rank consumed here
-  static constexpr int64_t reset_ints(int64_t E) { return 4 * E + 8; }
+  static constexpr int64_t reset_ints(int64_t E) { return 5 * E + 8; }
   static constexpr int64_t ints(int64_t E) { return reset_ints(E) + 2 * E; }  // R <= E
 };
 

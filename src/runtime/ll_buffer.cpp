@@ -206,6 +206,7 @@ ll::Common LowLatencyBuffer::common_base() const {
   static_assert(X % 2 == 0, "recv_arrivals (64-bit) starts 8-byte aligned");
   c.ws.recv_arrivals = reinterpret_cast<unsigned long long*>(ws_ + 2 * X);  // 2X ints
   c.ws.blocks_done = ws_ + 4 * X;
+  c.ws.combine_done = ws_ + 4 * X + 8;
   c.ws.barrier_sent = ws_ + ll::Workspace::reset_ints(X);
   c.ws.barrier_seen = ws_ + ll::Workspace::reset_ints(X) + X;
   c.err = err_dev_;
