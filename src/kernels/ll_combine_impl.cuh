@@ -238,20 +238,6 @@ __device__ __forceinline__ void scan_pair_rows(const int64_t* layout_range, int 
   __syncthreads();
 }
 
-// The pair holding row i (0 <= i < s_first[P]): the last p with s_first[p] <= i, which skips the
-// pairs without rows (their s_first equals the next pair's).
-__device__ __forceinline__ int pair_of_row(const int* s_first, int P, int i) {
-  int lo = 0, hi = P - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (s_first[mid] <= i)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 // Combine send when every peer takes direct stores and rows go as BF16: the rows of all pairs,
 // numbered pair by pair (scan_pair_rows), are cut into one contiguous, equal share per block, so
 // every block moves the same bytes however the rows spread over experts (one block per expert
@@ -272,7 +258,8 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
 
   scan_pair_rows(a.layout_range, P, s_first, s_begin);
   const int64_t N = s_first[P];
-  const int i0 = static_cast<int>(N * blockIdx.x / gridDim.x), i1 = static_cast<int>(N * (blockIdx.x + 1) / gridDim.x);
+  const int blocks = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int i0 = share_begin(N, b, blocks), i1 = share_begin(N, b + 1, blocks);
   for (int c0 = i0; c0 < i1; c0 += kSendChunkRows) {
     const int rows = min(kSendChunkRows, i1 - c0);
     if (threadIdx.x < static_cast<unsigned>(rows)) {

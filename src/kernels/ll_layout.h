@@ -288,6 +288,26 @@ ANYEP_HD ANYEP_INLINE int msg_slot_in_token(const int64_t* topk_row, int k, int6
   return n;
 }
 
+// Combine send, balanced over blocks (ll_combine_impl.cuh): the rows of all (local expert l, rank
+// r) pairs, p = l * R + r, are numbered pair by pair (first[p] = rows of the pairs before p,
+// first[P] = all rows), and block b of `blocks` copies rows [share_begin(b), share_begin(b + 1)).
+ANYEP_HD ANYEP_INLINE int share_begin(int64_t total_rows, int b, int blocks) {
+  return static_cast<int>(total_rows * b / blocks);
+}
+// The pair holding row i (0 <= i < first[P]): the last p with first[p] <= i, which skips the
+// pairs without rows (their first equals the next pair's).
+ANYEP_HD ANYEP_INLINE int pair_of_row(const int* first, int P, int i) {
+  int lo = 0, hi = P - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first[mid] <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 // Reason a shape cannot be served; nullptr when it can. Host and tests share the checks.
 ANYEP_HD inline const char* layout_unsupported(const Layout& g) {
   if (g.T <= 0) return "num_max_dispatch_tokens_per_rank must be positive";

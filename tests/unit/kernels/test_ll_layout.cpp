@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,55 @@ TEST(LLLayout, MessageSlotsOfATokenAreDistinctAndInRange) {
   const int64_t dup[2] = {3, 3};
   EXPECT_EQ(msg_slot_in_token(dup, 1, g.L(), g.E), 1);
   EXPECT_EQ(g.slots_per_token(), 1);
+}
+
+// The balanced combine send's bookkeeping, replayed on the host: every row goes to exactly one
+// block, each row maps to the pair that holds it (pairs without rows are skipped), and, whatever
+// order the blocks add their rows in, exactly one add completes each pair (that block stores the
+// flag), with the per-pair total equal to the pair's rows.
+TEST(LLLayout, CombineSendSharesCoverEveryRowOnceAndCompleteEachPairOnce) {
+  std::mt19937 rng(7);
+  for (const int P : {1, 2, 5, 288, 4096}) {
+    for (const int blocks : {1, 3, 132}) {
+      std::vector<int> count(P), first(P + 1, 0);
+      for (int p = 0; p < P; ++p) {
+        count[p] = rng() % 3 == 0 ? 0 : static_cast<int>(rng() % 9);  // many pairs without rows
+        first[p + 1] = first[p] + count[p];
+      }
+      const int N = first[P];
+      std::vector<int> owner(N, -1), done(P, 0), completions(P, 0);
+      std::vector<int> order(blocks);
+      for (int b = 0; b < blocks; ++b) order[b] = b;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (const int b : order) {
+        const int i0 = share_begin(N, b, blocks), i1 = share_begin(N, b + 1, blocks);
+        ASSERT_LE(i0, i1);
+        for (int i = i0; i < i1; ++i) {
+          ASSERT_EQ(owner[i], -1) << "row " << i << " in two shares";
+          owner[i] = b;
+          const int p = pair_of_row(first.data(), P, i);
+          ASSERT_TRUE(first[p] <= i && i < first[p + 1]) << "row " << i << " mapped to pair " << p;
+        }
+        if (i0 == i1) continue;
+        for (int p = pair_of_row(first.data(), P, i0); p <= pair_of_row(first.data(), P, i1 - 1); ++p) {
+          if (count[p] == 0) continue;
+          const int mine = std::min(first[p + 1], i1) - std::max(first[p], i0);
+          ASSERT_GT(mine, 0) << "pair " << p << " counted by block " << b << " without rows there";
+          const int before = done[p];
+          done[p] += mine;
+          if (before + mine == count[p]) ++completions[p];
+        }
+      }
+      for (int i = 0; i < N; ++i) ASSERT_NE(owner[i], -1) << "row " << i << " in no share";
+      for (int p = 0; p < P; ++p) {
+        EXPECT_EQ(done[p], count[p]) << "pair " << p << " (P " << P << ", blocks " << blocks << ")";
+        EXPECT_EQ(completions[p], count[p] > 0 ? 1 : 0) << "pair " << p;
+      }
+      const int per_block = (N + blocks - 1) / blocks;
+      for (int b = 0; b < blocks; ++b)  // equal shares: within one row of each other
+        EXPECT_GE(share_begin(N, b + 1, blocks) - share_begin(N, b, blocks), per_block - 1);
+    }
+  }
 }
 
 TEST(LLLayout, UnsupportedShapesNameTheProblem) {
