@@ -48,6 +48,7 @@ LocalCluster::LocalCluster(const LocalClusterConfig& cfg) : cfg_(cfg), ranks_(cf
         proxy::ProxyConfig pc = cfg_.proxy;
         pc.counters = k.counters.get();
         pc.num_counters = cfg.num_counters;
+        if (cfg_.per_rank) cfg_.per_rank(r, pc);
         k.proxy = std::make_unique<proxy::Proxy>(
             pc, *k.channel, std::move(eps), std::vector<proxy::Region>{{"buffer", k.buffer.get(), cfg.buffer_bytes}},
             *boot);

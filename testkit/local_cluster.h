@@ -29,6 +29,8 @@ struct LocalClusterConfig {
   uint32_t num_counters = 64;
   proxy::ProxyConfig proxy;   // counters are filled in per rank
   EndpointFactory endpoints;  // empty: loopback
+  // Set: called with each rank's copy of `proxy` before its Proxy is built (ranks that disagree).
+  std::function<void(uint32_t rank, proxy::ProxyConfig&)> per_rank;
   double bootstrap_timeout_s = 30;
 };
 

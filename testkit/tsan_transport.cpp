@@ -1,5 +1,6 @@
 #include "testkit/tsan_transport.h"
 
+#include <atomic>
 #include <vector>
 
 #if defined(__SANITIZE_THREAD__)
@@ -29,6 +30,9 @@ using namespace anyep::transport;
 
 // One per process: a rank is a process, and an ack may come back through any of its endpoints.
 char g_nic_edge;
+// Registration ids that this process's endpoints add into remotely (post_atomic_add's remote_mr).
+// Every rank registers alike (the proxy does), so these are also the ids peers add into here.
+std::atomic<uint64_t> g_atomic_targets{0};  // bit i: id i (ids < 64)
 
 // Accesses inside the inner transport's hot-path calls are not tracked (see the header).
 struct Untracked {
@@ -45,6 +49,12 @@ class TsanAwareTransport final : public ForwardingTransport {
     if (regions_.size() <= id) regions_.resize(id + 1);
     regions_[id] = {static_cast<char*>(base), length, kind == MemKind::kHost};
     return id;
+  }
+  int post_atomic_add(const AtomicAddDesc& a) override {
+    if (a.remote_mr < 64) g_atomic_targets.fetch_or(1ull << a.remote_mr, std::memory_order_relaxed);
+    __tsan_release(&g_nic_edge);  // like a write's post: whatever answers it comes after it
+    Untracked u;
+    return inner_->post_atomic_add(a);
   }
 
   int post_write(const WriteDesc& w) override {
@@ -64,6 +74,7 @@ class TsanAwareTransport final : public ForwardingTransport {
   }
   int poll(Completion* comps, size_t max_comps, size_t* n_comps, ImmEvent* imms, size_t max_imms,
            size_t* n_imms) override {
+    release_add_targets();
     int rc;
     {
       Untracked u;
@@ -74,6 +85,7 @@ class TsanAwareTransport final : public ForwardingTransport {
   }
 
  private:
+  static constexpr size_t kMaxAddTarget = 64 << 10;  // counters are small; larger regions are not modelled
   struct Region {
     char* base = nullptr;
     size_t length = 0;
@@ -89,6 +101,23 @@ class TsanAwareTransport final : public ForwardingTransport {
         __tsan_read_range(r.base + w.local_offset, w.length);
     }
     __tsan_release(&g_nic_edge);
+  }
+  // Native atomics: a peer's add is applied to our memory by the provider inside poll() (shm and
+  // ofi_rxm apply it in the target's progress), untracked like the NIC's other accesses, so a
+  // consumer's acquire load of the word would sync with nothing. Before each poll, in which an add
+  // may be applied and seen at once, every word of the regions adds land in is released after
+  // acquiring the NIC edge: the NIC applies an add after everything it had seen, and the
+  // consumer's acquire load of the word syncs with that.
+  void release_add_targets() {
+    const uint64_t targets = g_atomic_targets.load(std::memory_order_relaxed);
+    if (!targets) return;
+    __tsan_acquire(&g_nic_edge);
+    for (uint64_t b = targets; b; b &= b - 1) {
+      const size_t id = static_cast<size_t>(__builtin_ctzll(b));
+      if (id >= regions_.size() || !regions_[id].host || regions_[id].length > kMaxAddTarget) continue;
+      auto* words = reinterpret_cast<uint64_t*>(regions_[id].base);
+      for (size_t i = 0; i < regions_[id].length / 8; ++i) __tsan_release(&words[i]);
+    }
   }
 
   std::vector<Region> regions_;

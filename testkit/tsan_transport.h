@@ -17,6 +17,11 @@
 // inside the inner transport's hot-path calls (libfabric's deferred reads and its writes of
 // received data) are not tracked: they are the ones the model replaces. Synchronisation inside
 // those calls (libfabric's locks) stays visible. Setup calls are not wrapped.
+// Native atomic adds (post_atomic_add) are posts like writes (they release the sync object); the
+// provider applies a peer's add to our memory inside poll(), untracked, where a consumer may see
+// it at once, so before each poll the wrapper acquires the sync object and releases every word of
+// the regions adds go to (the ids this process adds into remotely: every rank registers alike;
+// small host regions only, as signal counters are), which the consumer's acquire load syncs with.
 // The wrapper sits *inside* the chaos transport, so the chaos code stays fully checked and the
 // modelled read happens when chaos really posts a held write.
 // Outside TSan builds this is transport::make_transport(spec), nothing added.

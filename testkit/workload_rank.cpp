@@ -22,6 +22,7 @@ RankRun run_workload_rank(const WorkloadConfig& w, proxy::ProxyConfig pc, uint32
   pc.num_tags = StreamWorkload::num_tags(w);
   proxy::Proxy proxy(pc, ch, std::move(eps), {{"buffer", buffer.data(), bytes}}, boot);
   out.bypass = proxy.bypass();
+  out.paths = proxy.describe_paths();
   proxy.start();
   StreamWorkload wl(w, boot.rank(), reinterpret_cast<uint8_t*>(buffer.data()), counters.data(), ch);
   const auto t0 = std::chrono::steady_clock::now();

@@ -18,6 +18,7 @@ struct RankRun {
   double seconds = 0;     // workload run time (barrier to barrier)
   bool bypass = false;    // the ordering engine was bypassed
   std::string transport;  // backend/provider of the endpoints
+  std::string paths;      // Proxy::describe_paths(): which path signals took
 };
 
 RankRun run_workload_rank(const WorkloadConfig& w, proxy::ProxyConfig pc, uint32_t threads, transport::Bootstrap& boot,

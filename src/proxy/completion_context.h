@@ -30,4 +30,21 @@ inline constexpr int64_t peer(uint64_t context) {
   return static_cast<int64_t>(context >> (kRingBits + kStagingBits)) - 1;
 }
 
+// Native atomics (ProxyConfig::native_atomics): no signal record is ever staged, so the staging
+// field of a WRITE's or a native SIGNAL's context says instead what its completion releases on the
+// sender: bit 31 of the field marks a native-mode post, bit 30 an atomic add (else a write), bit 29
+// an ordered (kFenceOrdered) add; bits 0..13 the tag. Only a proxy in native mode makes or reads these.
+inline constexpr uint64_t kNativeFlag = 1ull << 31, kNativeAdd = 1ull << 30, kNativeOrdered = 1ull << 29;
+inline constexpr uint64_t kNativeTagMask = (1ull << 14) - 1;
+inline constexpr uint64_t make_native(uint64_t ring, uint32_t tag, uint32_t dst, bool add, bool ordered) {
+  return make(ring, kNativeFlag | (add ? kNativeAdd : 0) | (ordered ? kNativeOrdered : 0) | (tag & kNativeTagMask),
+              dst);
+}
+inline constexpr bool native(uint64_t context) { return staging_plus_one(context) & kNativeFlag; }
+inline constexpr bool native_add(uint64_t context) { return staging_plus_one(context) & kNativeAdd; }
+inline constexpr bool native_ordered(uint64_t context) { return staging_plus_one(context) & kNativeOrdered; }
+inline constexpr uint32_t native_tag(uint64_t context) {
+  return static_cast<uint32_t>(staging_plus_one(context) & kNativeTagMask);
+}
+
 }  // namespace anyep::proxy::completion

@@ -4,6 +4,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "proxy/completion_context.h"
 #include "proxy/pinning.h"
 #include "proxy/proxy_thread.h"
 
@@ -12,20 +13,39 @@ namespace anyep::proxy {
 namespace {
 // Thread t of every rank: connect endpoints and import every peer's registrations (same ids on
 // every rank: registered in the same order), after checking the regions really are symmetric.
-void exchange(transport::Transport& ep, transport::Bootstrap& boot, const SymmetricMemory& sym, uint32_t num_mrs) {
-  std::vector<uint8_t> mine(sym.regions().size() * 8);
-  for (size_t k = 0; k < sym.regions().size(); ++k) std::memcpy(&mine[8 * k], &sym.regions()[k].length, 8);
+// With native atomics the counters are one more registration (after the signal link's), which
+// peers add into by offset: every rank must use the same signal path and counter count (checked
+// here, before anything is imported).
+void exchange(transport::Transport& ep, transport::Bootstrap& boot, const SymmetricMemory& sym, uint32_t num_mrs,
+              bool native, uint32_t num_counters) {
+  const size_t nr = sym.regions().size();
+  std::vector<uint8_t> mine(nr * 8 + 8);
+  for (size_t k = 0; k < nr; ++k) std::memcpy(&mine[8 * k], &sym.regions()[k].length, 8);
+  const uint32_t sig[2] = {native ? 1u : 0u, num_counters};
+  std::memcpy(&mine[8 * nr], sig, 8);
   const auto all = boot.allgather(mine);
-  for (uint32_t p = 0; p < all.size(); ++p)
-    for (size_t k = 0; k < sym.regions().size(); ++k) {
+  for (uint32_t p = 0; p < all.size(); ++p) {
+    const bool shaped = all[p].size() == mine.size();
+    for (size_t k = 0; k < nr; ++k) {
       uint64_t len = 0;
-      if (all[p].size() == mine.size()) std::memcpy(&len, &all[p][8 * k], 8);
+      if (shaped) std::memcpy(&len, &all[p][8 * k], 8);
       if (len != sym.regions()[k].length)
         throw InvalidArgument("proxy: region '" + sym.regions()[k].name + "' is " + std::to_string(len) +
                               " bytes on rank " + std::to_string(p) + " but " +
                               std::to_string(sym.regions()[k].length) +
                               " here: symmetric regions must have the same length on every rank");
     }
+    uint32_t theirs[2] = {0, 0};
+    if (shaped) std::memcpy(theirs, &all[p][8 * nr], 8);
+    if (theirs[0] != sig[0])
+      throw InvalidArgument("proxy: rank " + std::to_string(p) + " has native_atomics " + (theirs[0] ? "on" : "off") +
+                            " but this rank " + (native ? "on" : "off") +
+                            ": every rank must send signals the same way (ProxyConfig::native_atomics)");
+    if (native && theirs[1] != num_counters)
+      throw InvalidArgument("proxy: native atomics: rank " + std::to_string(p) + " has " + std::to_string(theirs[1]) +
+                            " signal counters but this rank " + std::to_string(num_counters) +
+                            ": peers add into the counters by index, so every rank needs the same count");
+  }
   std::vector<transport::MrId> ids(num_mrs);
   for (uint32_t i = 0; i < num_mrs; ++i) ids[i] = i;
   transport::connect_all(ep, boot, ids);
@@ -69,10 +89,24 @@ Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel,
   if (caps.imm_bytes < 4)
     throw Unsupported("proxy: transport " + caps.backend + "/" + caps.provider + " carries " +
                       std::to_string(caps.imm_bytes) + "-byte immediates; the proxy's immediate format needs 4");
+  const std::string tname = caps.backend + "/" + caps.provider;
   if (cfg.native_atomics && !caps.native_atomics)
-    throw Unsupported("proxy: native atomics requested, but transport " + caps.backend + "/" + caps.provider +
-                      " has none (leave native_atomics off: signals are emulated by the receiving proxy)");
-  if (cfg.native_atomics) throw Unsupported("proxy: native remote atomics are not wired up yet; signals are emulated");
+    throw Unsupported(
+        "proxy: native atomics requested (ProxyConfig::native_atomics), but transport " + tname + " has none: " +
+        (caps.atomics_note.empty() ? "the backend does not implement post_atomic_add" : caps.atomics_note) +
+        " (leave native_atomics off: signals are then emulated by the receiving proxy)");
+  // The sender posts a fenced signal's add once the writes before it completed locally; that is
+  // "signal after data" only if a completion means the bytes are in the target's memory.
+  if (cfg.native_atomics && !caps.placed_writes)
+    throw Unsupported("proxy: native atomics requested, but on transport " + tname +
+                      " a write's completion does not mean its bytes are in the target's memory, so an add posted "
+                      "after it could publish data that has not landed (libfabric: set "
+                      "LibfabricConfig::delivery_complete; or leave native_atomics off)");
+  if (cfg.native_atomics && num_ranks_ > completion::kMaxPeer + 1)
+    throw Unsupported("proxy: native atomics support at most " + std::to_string(completion::kMaxPeer + 1) +
+                      " ranks (a completion must name its peer); " + std::to_string(num_ranks_) + " given");
+  native_ = cfg.native_atomics;
+  caps_ = caps;
   if (cfg.ordering != Ordering::kAuto && cfg.ordering != Ordering::kEngine && cfg.ordering != Ordering::kBypass)
     throw InvalidArgument("proxy: ordering " + std::to_string(static_cast<int>(cfg.ordering)) +
                           " is not auto, engine or bypass");
@@ -95,6 +129,7 @@ Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel,
     s.cfg = cfg;
     s.timeout_ns = timeout_ns;
     s.bypass = bypass_;
+    s.native = native_;
     s.hosts = &hosts_.layout;
     s.shm = hosts_.shm.get();
     s.dropped = dropped_.get();
@@ -104,7 +139,7 @@ Proxy::Proxy(const ProxyConfig& cfg, channel::Channel& channel,
     for (uint32_t r = t; r < channel.num_rings(); r += T) rings.push_back(&channel.consumer(r));
     threads_.push_back(std::make_unique<ProxyThread>(s, std::move(endpoints[t]), *sym_, std::move(rings), error_));
   }
-  for (auto& th : threads_) exchange(th->endpoint(), boot, *sym_, th->num_mrs());
+  for (auto& th : threads_) exchange(th->endpoint(), boot, *sym_, th->num_mrs(), native_, cfg.num_counters);
   cpus_ = proxy_cpus(cfg.cpus, cfg.numa_node);
 }
 
@@ -145,7 +180,28 @@ ProxyStats Proxy::stats() const {
     s.signals_applied += t.signals_applied.load(std::memory_order_relaxed);
     s.signals_held += t.signals_held.load(std::memory_order_relaxed);
     s.dropped += t.dropped.load(std::memory_order_relaxed);
+    s.signals_native += t.signals_native.load(std::memory_order_relaxed);
   }
+  return s;
+}
+
+std::string Proxy::describe_paths() const {
+  const std::string tname = caps_.backend + "/" + caps_.provider;
+  std::string s = "rank " + std::to_string(rank_) + " proxy: " + std::to_string(threads_.size()) + " threads over " +
+                  tname + "; signals: ";
+  if (native_)
+    return s + "native atomics via " + tname +
+           " (remote atomic adds posted by the sender once the writes they are fenced after completed; a write "
+           "completes once placed at the target)";
+  s += bypass_ ? "emulated (records applied by the receiving proxy on arrival: the transport orders writes)"
+               : "emulated (records applied by the receiving proxy once its ordering engine saw their writes land)";
+  if (!caps_.native_atomics)
+    s += "; native atomics: the transport has none (" +
+         (caps_.atomics_note.empty() ? std::string("no post_atomic_add") : caps_.atomics_note) + ")";
+  else if (!caps_.placed_writes)
+    s += "; native atomics: the transport has them, but its write completions do not mean placement";
+  else
+    s += "; native atomics: available, not asked for (ProxyConfig::native_atomics)";
   return s;
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -44,7 +45,11 @@ struct ProxyConfig {
   uint32_t batch = 32;                   // commands drained from a ring at once
   uint64_t timeout_ns = 30'000'000'000;  // longest wait of any op (ANYEP_TIMEOUT_S's default)
   Ordering ordering = Ordering::kAuto;
-  bool native_atomics = false;  // opt-in; Unsupported when the transport has none
+  // Signals as the transport's remote atomic adds, posted by the sending proxy once the writes they
+  // are fenced after completed (docs/proxy.md, "Signals"). Opt-in: Unsupported, naming the
+  // transport and why, when its endpoints have no native atomics or no placed_writes; every rank
+  // must agree. Off: signals are records the receiving proxy applies (emulated atomics).
+  bool native_atomics = false;
   // Elastic (LL shrink mode): a peer whose operations fail is dropped (dropped_peers.h) and its
   // traffic discarded, instead of stopping the proxy with an error naming it.
   bool drop_failed_peers = false;
@@ -70,7 +75,8 @@ struct ProxyStats {
   uint64_t signals_applied = 0;
   uint64_t signals_held = 0;
   uint64_t eagain = 0;
-  uint64_t dropped = 0;  // commands discarded because their peer was dropped (drop_failed_peers)
+  uint64_t dropped = 0;         // commands discarded because their peer was dropped (drop_failed_peers)
+  uint64_t signals_native = 0;  // SIGNALs posted as native remote atomic adds (native_atomics)
 };
 
 class ProxyThread;
@@ -99,6 +105,10 @@ class Proxy {
   uint32_t num_ranks() const { return num_ranks_; }
   uint32_t num_threads() const { return static_cast<uint32_t>(threads_.size()); }
   bool bypass() const { return bypass_; }
+  bool native_atomics() const { return native_; }  // signals go out as the transport's atomic adds
+  // One line: the transport, how writes are ordered and which path signals take (native atomics via
+  // which transport, or emulated and why), for logs and tests.
+  std::string describe_paths() const;
   const HostLayout& hosts() const { return hosts_.layout; }
   const HostShm* host_shm() const { return hosts_.shm.get(); }  // null: one rank on this host
   const SymmetricMemory& memory() const { return *sym_; }
@@ -111,6 +121,8 @@ class Proxy {
   channel::Channel& channel_;
   uint32_t rank_, num_ranks_;
   bool bypass_ = false;
+  bool native_ = false;
+  transport::Capabilities caps_;  // of the endpoints (thread 0's)
   std::unique_ptr<SymmetricMemory> sym_;
   Hosts hosts_;
   AsyncError error_;

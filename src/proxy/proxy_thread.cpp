@@ -71,6 +71,14 @@ ProxyThread::ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transp
   if (s.cfg.drop_failed_peers && !s.dropped) throw InternalError("proxy thread: elastic mode without a drop list");
   gone_.assign(s.num_ranks, 0);
   send_groups_.resize(static_cast<size_t>(s.num_ranks) * s.cfg.num_tags);
+  if (s.native) {
+    // Peers add into our counters: one more registration, the same id on every rank.
+    counters_mr_ = ep_->register_memory(
+        s.engine.counters, static_cast<size_t>(s.engine.num_counters) * sizeof(uint64_t), transport::MemKind::kHost);
+    if (counters_mr_ != link_.staging_mr() + 1)
+      throw InternalError("proxy: transport assigned an unexpected id to the signal counters");
+    native_groups_.resize(static_cast<size_t>(s.num_ranks) * s.cfg.num_tags);
+  }
   batch_.resize(s.cfg.batch);
   wq_.resize(s.cfg.batch);
   wq_tag_.resize(s.cfg.batch);
@@ -157,6 +165,7 @@ void ProxyThread::publish_stats() {
   stats_.signals_sent.store(local_.signals_sent, std::memory_order_relaxed);
   stats_.eagain.store(local_.eagain, std::memory_order_relaxed);
   stats_.dropped.store(local_.dropped, std::memory_order_relaxed);
+  stats_.signals_native.store(local_.signals_native, std::memory_order_relaxed);
   stats_.signals_applied.store(engine_.stats().signals_applied, std::memory_order_relaxed);
   stats_.signals_held.store(engine_.stats().signals_held, std::memory_order_relaxed);
 }
@@ -219,6 +228,7 @@ uint32_t ProxyThread::flush_writes(uint32_t r, uint32_t n, Step* stop) {
   for (size_t i = 0; i < posted; ++i) {
     const transport::WriteDesc& w = wq_[i];
     ++send_groups_[static_cast<size_t>(w.dst_rank) * s_.cfg.num_tags + wq_tag_[i]].writes;
+    if (s_.native) ++native_groups_[static_cast<size_t>(w.dst_rank) * s_.cfg.num_tags + wq_tag_[i]].posted;
     local_.bytes += w.length;
   }
   rings_[r].outstanding += posted;
@@ -263,6 +273,7 @@ ProxyThread::Step ProxyThread::post_result(uint32_t r, int rc, const char* what,
   if (rc == -EAGAIN) {
     local_.eagain += 1;
     rings_[r].retry_dst = dst;
+    rings_[r].native_wait = false;
     return Step::kRetry;  // the loop polls completions (and credits), then retries the command
   }
   const std::string msg =
@@ -290,6 +301,12 @@ bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
           " ranks (missing peer)";
   } else if (tag >= s_.cfg.num_tags) {
     why = "WRITE tag " + std::to_string(tag) + " >= num_tags " + std::to_string(s_.cfg.num_tags);
+  } else if (s_.native && (cmd_flags(c) & cmd::kWriteSignal)) {
+    // Its +1 would be a CPU add by the receiving proxy, which is not atomic against the NIC's adds
+    // to the same word; a native add per write is a SIGNAL's job.
+    why =
+        "WRITE with kWriteSignal (+1 on arrival) is not supported with native atomics: push a SIGNAL with "
+        "kFenceCount after the write instead";
   } else if (!sym_.translate(so, len, &src)) {
     why = "WRITE source [" + std::to_string(so) + ", +" + std::to_string(len) + ") is outside the symmetric memory (" +
           sym_.describe() + ")";
@@ -311,10 +328,11 @@ bool ProxyThread::build_write(uint32_t r, const TransferCmd& c, uint32_t slot) {
   w.remote_mr = dw.region;
   w.remote_offset = dw.offset;
   w.length = len;
-  // Bypass: the receiver needs an immediate only to apply a piggybacked +1.
-  w.has_imm = !s_.bypass || plus_one;
+  // Bypass: the receiver needs an immediate only to apply a piggybacked +1. Native atomics: never
+  // (the receiver applies nothing; the sender counts the write's completion for its fences).
+  w.has_imm = !s_.native && (!s_.bypass || plus_one);
   w.imm = imm::encode_write(tag, g.segment, plus_one);
-  w.context = completion::make(r, 0, dst);
+  w.context = s_.native ? completion::make_native(r, tag, dst, false, false) : completion::make(r, 0, dst);
   wq_tag_[slot] = tag;
   return true;
 }
@@ -349,6 +367,7 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
   rec.fence = static_cast<uint8_t>(fence);
   rec.segment = g.segment;
   rec.fence_count = fence == Fence::kOrdered ? g.writes : cmd_fence_count(c);
+  if (s_.native) return native_signal(r, dst, rec);
   // -EAGAIN also when no credit or staging slot is free: retried after polling completions and credits.
   if (const Step st = post_result(r, link_.send(dst, rec, r), "SIGNAL", dst); st != Step::kDone)
     return st == Step::kDropped ? Step::kDone : st;
@@ -358,6 +377,61 @@ ProxyThread::Step ProxyThread::do_signal(uint32_t r, const TransferCmd& c) {
   }
   ++rings_[r].outstanding;
   local_.signals_sent += 1;
+  return Step::kDone;
+}
+
+ProxyThread::Step ProxyThread::native_signal(uint32_t r, uint32_t dst, const SignalRecord& rec) {
+  NativeGroup& g = native_groups_[static_cast<size_t>(dst) * s_.cfg.num_tags + rec.tag];
+  const Fence fence = static_cast<Fence>(rec.fence);
+  // Memory ordering: the add is posted only after every write it vouches for completed here. The
+  // proxy accepted native atomics only with placed_writes, so each such completion means the
+  // bytes are in the target's memory; an add posted afterwards applies after them, and a consumer
+  // that reads the counter with acquire then sees them. Nothing is claimed about writes not yet
+  // complete: the signal waits at the head of its ring (bounded by the timeout) until they are.
+  bool ready = true;
+  uint32_t need = 0, have = 0;
+  if (fence == Fence::kCount) {
+    // LL: the mirror of the engine's count fence: N more writes of (dst, tag) complete than earlier
+    // count signals consumed. A group has one round in flight (docs/proxy.md), so completed writes
+    // beyond the consumed ones belong to this round, whichever ring of this thread posted them.
+    have = g.completed - g.consumed;
+    need = rec.fence_count;
+    ready = have >= need;
+  } else if (fence == Fence::kOrdered) {
+    // HT: every write posted on (dst, tag) so far is complete — a superset of the writes before
+    // this signal in ring order (the channel is fed from this ring, which waits here) — and the
+    // previous ordered add of the channel is applied, so ordered signals apply in ring order as
+    // the engine applies them.
+    have = g.completed;
+    need = g.posted;
+    ready = have == need && g.adds == 0;
+  }
+  // kNone: unfenced, posted at once (it vouches for nothing).
+  RingState& st = rings_[r];
+  if (!ready) {
+    st.native_wait = true;
+    st.retry_dst = dst;
+    st.wait_fence = rec.fence;
+    st.wait_tag = rec.tag;
+    st.wait_counter = rec.counter;
+    st.wait_need = need;
+    st.wait_have = have;
+    st.wait_adds = g.adds;
+    return Step::kRetry;  // retried after polling completions; the ring's retry clock bounds it
+  }
+  transport::AtomicAddDesc a;
+  a.dst_rank = dst;
+  a.remote_mr = counters_mr_;
+  a.remote_offset = static_cast<uint64_t>(rec.counter) * sizeof(uint64_t);
+  a.value = static_cast<uint64_t>(static_cast<int64_t>(rec.value));  // two's complement: a negative delta
+  a.context = completion::make_native(r, rec.tag, dst, true, fence == Fence::kOrdered);
+  if (const Step step = post_result(r, ep_->post_atomic_add(a), "SIGNAL (native atomic add)", dst); step != Step::kDone)
+    return step == Step::kDropped ? Step::kDone : step;
+  if (fence == Fence::kCount) g.consumed += rec.fence_count;
+  if (fence == Fence::kOrdered) ++g.adds;
+  ++st.outstanding;  // QUIET and BARRIER wait for the add to be applied (its completion)
+  local_.signals_sent += 1;
+  local_.signals_native += 1;
   return Step::kDone;
 }
 
@@ -409,11 +483,14 @@ bool ProxyThread::poll_transport(uint64_t now) {
   }
   for (size_t i = 0; i < nc; ++i) {
     const transport::Completion& c = comps_[i];
+    const bool native = s_.native && completion::native(c.context);
     if (c.status) {
       const int64_t peer = completion::peer(c.context);
-      const std::string msg = where(~0u) + ": a write" +
-                              (peer >= 0 ? " to rank " + std::to_string(peer) : std::string()) + " failed (" +
-                              std::to_string(c.status) + "): " + ep_->last_error();
+      const std::string msg =
+          where(~0u) + ": " +
+          (native && completion::native_add(c.context) ? "an atomic add (native SIGNAL)" : "a write") +
+          (peer >= 0 ? " to rank " + std::to_string(peer) : std::string()) + " failed (" + std::to_string(c.status) +
+          "): " + ep_->last_error();
       if (peer < 0 || !drop_peer(static_cast<uint32_t>(peer), msg)) {
         fatal(anyepTransportError, msg);
         return false;
@@ -421,7 +498,17 @@ bool ProxyThread::poll_transport(uint64_t now) {
       local_.dropped += 1;  // its ring and staging slot are released below, as for any completion
     }
     if (const uint64_t ring = completion::ring(c.context); ring != completion::kNoRing) --rings_[ring].outstanding;
-    link_.on_complete(c.context);
+    if (native) {
+      // (A failed one counts as complete too: its peer was dropped, or the proxy stops.)
+      NativeGroup& g = native_groups_[static_cast<size_t>(completion::peer(c.context)) * s_.cfg.num_tags +
+                                      completion::native_tag(c.context)];
+      if (!completion::native_add(c.context))
+        ++g.completed;  // placed at the target (placed_writes): the fences above may now let adds go
+      else if (completion::native_ordered(c.context))
+        --g.adds;  // applied at the target (the interface's contract for an add's completion)
+    } else {
+      link_.on_complete(c.context);
+    }
   }
   for (size_t i = 0; i < ni; ++i) {
     const uint32_t src = imms_[i].src_rank, v = imms_[i].imm;
@@ -481,6 +568,26 @@ void ProxyThread::check_timeouts(uint64_t now) {
     RingState& st = rings_[r];
     cur_index_ = st.ring->tail();
     if (st.retry_since && now - st.retry_since > s_.timeout_ns) {
+      if (st.native_wait) {
+        // The writes it vouches for never completed: their peer (the signal's) is not answering.
+        std::string what;
+        if (st.wait_fence == static_cast<uint8_t>(Fence::kCount))
+          what = "count-fenced (LL): " + std::to_string(st.wait_have) + " of its " + std::to_string(st.wait_need) +
+                 " writes complete";
+        else
+          what = "ordered (HT): " + std::to_string(st.wait_have) + " of the " + std::to_string(st.wait_need) +
+                 " writes posted on that (rank, tag) complete, " + std::to_string(st.wait_adds) +
+                 " earlier ordered adds not yet applied";
+        const std::string msg = where(r) + ": native SIGNAL to rank " + std::to_string(st.retry_dst) + " (tag " +
+                                std::to_string(st.wait_tag) + ", counter " + std::to_string(st.wait_counter) +
+                                ") waited more than " + limit + " for the writes it is fenced after: " + what;
+        if (drop_peer(st.retry_dst, msg)) {
+          st.retry_since = 0;  // retired unsent on the next pass (its peer is gone)
+          continue;
+        }
+        fatal(anyepTimeout, msg);
+        return;
+      }
       if (drop_peer(st.retry_dst, where(r) + ": could not post to rank " + std::to_string(st.retry_dst) +
                                       " for more than " + limit)) {
         st.retry_since = 0;  // the command at the head is retired unsent on the next pass

@@ -34,6 +34,7 @@ struct ThreadSetup {
   uint32_t rank = 0, num_ranks = 1;
   uint64_t timeout_ns = 0;            // resolved (never 0)
   bool bypass = false;                // resolved from cfg.ordering and the transport
+  bool native = false;                // signals as native atomic adds (checked against the transport)
   ProxyConfig cfg;                    // sizes: num_tags, signal_slots, staging_slots, batch
   const HostLayout* hosts = nullptr;  // owned by the Proxy
   HostShm* shm = nullptr;             // null when this host has one rank
@@ -43,17 +44,18 @@ struct ThreadSetup {
 
 struct ThreadStats {  // written by the thread (relaxed), read by anyone
   std::atomic<uint64_t> commands{0}, writes{0}, bytes{0}, signals_sent{0}, eagain{0}, signals_applied{0},
-      signals_held{0}, dropped{0};
+      signals_held{0}, dropped{0}, signals_native{0};
 };
 
 class ProxyThread {
  public:
-  // Registers regions + signal area + staging on `ep` (in that order on every rank).
+  // Registers regions + signal area + staging on `ep` (in that order on every rank), then, with
+  // native atomics, the counters (peers add into them).
   ProxyThread(const ThreadSetup& s, std::unique_ptr<transport::Transport> ep, const SymmetricMemory& sym,
               std::vector<channel::RingConsumer*> rings, AsyncError& err);
 
   transport::Transport& endpoint() { return *ep_; }
-  uint32_t num_mrs() const { return static_cast<uint32_t>(sym_.regions().size()) + 2; }
+  uint32_t num_mrs() const { return static_cast<uint32_t>(sym_.regions().size()) + 2 + (s_.native ? 1 : 0); }
   // Main loop until `stop` is set or an error stops it.
   void run(const std::atomic<bool>& stop);
 
@@ -71,12 +73,25 @@ class ProxyThread {
     uint64_t since_ns = 0;
     uint64_t retry_since = 0;  // first failed post attempt of the head command (0: none)
     uint32_t retry_dst = 0;    // the peer that post was for
-    uint64_t quiet_mask = 0;   // local ring indices the QUIET waits for
-    BarrierState barrier;      // the BARRIER at the head (block == kBarrier)
+    // The head is a native SIGNAL waiting for the writes it is fenced after (not backpressure):
+    // what it waits for, for the timeout's message.
+    bool native_wait = false;
+    uint8_t wait_fence = 0;
+    uint32_t wait_tag = 0, wait_counter = 0, wait_need = 0, wait_have = 0, wait_adds = 0;
+    uint64_t quiet_mask = 0;  // local ring indices the QUIET waits for
+    BarrierState barrier;     // the BARRIER at the head (block == kBarrier)
   };
   struct SendGroup {
     uint8_t segment = 0;  // ordered signals sent on (dst, tag), mod 256
     uint32_t writes = 0;  // writes sent in the open segment
+  };
+  // Native atomics: the sender-side fence of (dst, tag), the mirror of the receiver's engine. Counts
+  // are mod 2^32 (only differences are compared).
+  struct NativeGroup {
+    uint32_t posted = 0;     // writes posted on (dst, tag)
+    uint32_t completed = 0;  // of those, locally complete (= placed at the target: placed_writes)
+    uint32_t consumed = 0;   // completed writes vouched for by count signals already posted
+    uint32_t adds = 0;       // ordered adds posted, not yet complete (= applied)
   };
 
   bool service_ring(uint32_t r, uint64_t now);
@@ -90,6 +105,7 @@ class ProxyThread {
   bool build_write(uint32_t r, const channel::TransferCmd& c, uint32_t slot);
   uint32_t flush_writes(uint32_t r, uint32_t n, Step* stop);
   Step do_signal(uint32_t r, const channel::TransferCmd& c);
+  Step native_signal(uint32_t r, uint32_t dst, const SignalRecord& rec);
   Step start_quiet(uint32_t r, const channel::TransferCmd& c, uint64_t now);
   bool try_finish(uint32_t r, uint64_t now);
   bool poll_transport(uint64_t now);
@@ -117,7 +133,9 @@ class ProxyThread {
   std::vector<uint8_t> gone_;  // [num_ranks] peers this thread discards (elastic mode)
   uint64_t cur_index_ = 0;     // ring index of the command being executed (error messages)
 
-  std::vector<SendGroup> send_groups_;  // [num_ranks][num_tags] segments of ordered signals
+  std::vector<SendGroup> send_groups_;      // [num_ranks][num_tags] segments of ordered signals
+  std::vector<NativeGroup> native_groups_;  // [num_ranks][num_tags] (native atomics only)
+  transport::MrId counters_mr_ = 0;         // the counters' registration (native atomics only)
 
   std::vector<channel::TransferCmd> batch_;
   std::vector<transport::WriteDesc> wq_;  // [batch] WRITEs built, not yet posted
@@ -125,7 +143,7 @@ class ProxyThread {
   std::vector<transport::Completion> comps_;
   std::vector<transport::ImmEvent> imms_;
   struct {
-    uint64_t commands = 0, writes = 0, bytes = 0, signals_sent = 0, eagain = 0, dropped = 0;
+    uint64_t commands = 0, writes = 0, bytes = 0, signals_sent = 0, eagain = 0, dropped = 0, signals_native = 0;
   } local_;
   ThreadStats stats_;
 };

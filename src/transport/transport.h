@@ -23,14 +23,19 @@ enum class MemKind : uint8_t { kHost = 0, kCuda = 1 };
 
 // What the provider guarantees; the proxy emulates the rest.
 struct Capabilities {
-  std::string backend;           // "loopback", "libfabric", "cuda-ipc", "chaos(...)"
-  std::string provider;          // libfabric provider name ("tcp", "shm", "efa", ...) or backend
-  bool ordered_writes = false;   // writes (and immediates) to one peer land in posting order
-  uint32_t imm_bytes = 4;        // size of the immediate delivered with a write (0: none)
-  bool native_atomics = false;   // post_atomic_add works (a remote 64-bit add on registered memory)
+  std::string backend;          // "loopback", "libfabric", "cuda-ipc", "chaos(...)"
+  std::string provider;         // libfabric provider name ("tcp", "shm", "efa", ...) or backend
+  bool ordered_writes = false;  // writes (and immediates) to one peer land in posting order
+  uint32_t imm_bytes = 4;       // size of the immediate delivered with a write (0: none)
+  bool native_atomics = false;  // post_atomic_add works (a remote 64-bit add on registered memory)
+  // A write's local completion means its bytes are in the target's memory, so an operation posted
+  // after that completion (an atomic add that publishes the data) applies after them. Without it a
+  // completion only means the source may be reused (see "Semantics every backend keeps").
+  bool placed_writes = false;
   bool gpu_memory = false;       // MemKind::kCuda can be registered
   uint64_t max_write_bytes = 0;  // largest single write (larger ones must be split by the caller)
   uint32_t num_nics = 1;         // NICs striped under this endpoint set
+  std::string atomics_note;      // why native_atomics is false, in words ("" when true or unknown)
 };
 
 using MrId = uint32_t;  // local registration id: 0, 1, 2... in registration order

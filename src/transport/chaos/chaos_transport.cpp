@@ -54,6 +54,8 @@ class ChaosTransport final : public ForwardingTransport {
     caps_ = inner_->capabilities();
     caps_.backend = "chaos(" + caps_.backend + ")";
     caps_.ordered_writes = false;  // the whole point
+    // placed_writes stays the inner's: a held write is posted to the inner transport first, and
+    // its completion surfaces here only after the inner one (held and shuffled, never earlier).
   }
 
   const Capabilities& capabilities() const override { return caps_; }

@@ -103,6 +103,7 @@ class CudaIpcTransport final : public Transport {
     caps_.ordered_writes = false;  // several copy streams; completions and immediates come in any order
     caps_.imm_bytes = 4;
     caps_.native_atomics = false;
+    caps_.atomics_note = "cuda-ipc has no remote atomics (copy engines and an immediate inbox only)";
     caps_.gpu_memory = true;
     caps_.max_write_bytes = 1ull << 40;
     caps_.num_nics = 1;

@@ -275,7 +275,8 @@ class LibfabricTransport final : public Transport {
     Op* op = alloc_op(nic, context, 0);
     if (!op) return -EAGAIN;
     auto [key, addr] = imm_targets_[dst_rank][k];
-    Prepared p{&nic, op, nullptr, 0, nullptr, cq_data(imm), nic.peers[dst_rank], addr, key, true};
+    // Zero bytes: nothing to place, so never FI_DELIVERY_COMPLETE (shm would take its SAR path).
+    Prepared p{&nic, op, nullptr, 0, nullptr, cq_data(imm), nic.peers[dst_rank], addr, key, true, false};
     return finish_post(p, issue(p), "fi_writedata (immediate only)", dst_rank);
   }
 
@@ -398,6 +399,7 @@ class LibfabricTransport final : public Transport {
          " inject=" + std::to_string(i->tx_attr->inject_size) + " tx_depth=" + std::to_string(i->tx_attr->size) +
          " provider_atomics=" + (provider_atomics_ ? "yes" : "no") +
          " native_atomics=" + (caps_.native_atomics ? "yes" : "no (" + atomics_why_not_ + ")") +
+         " write_completion=" + (delivery_complete_ ? "delivery (placed)" : "provider default") +
          " hmem=" + (infos_.hmem ? "yes" : "no") + " striping=" + striping_name() + " source_id=" +
          (source_ == SourceId::kFiSource ? "FI_SOURCE" : "cq_data(bit " + std::to_string(imm_shift_) + ")");
     return s;
@@ -440,6 +442,9 @@ class LibfabricTransport final : public Transport {
     caps_.gpu_memory = infos_.hmem && (i->caps & FI_HMEM) && cuda_registration_works();
     atomics_why_not_ = atomics_refusal(cfg);
     caps_.native_atomics = atomics_why_not_.empty();
+    caps_.atomics_note = atomics_why_not_;
+    delivery_complete_ = cfg.delivery_complete;
+    caps_.placed_writes = delivery_complete_;  // see issue()
     InfoList probe;
     fi_info* h = fi_dupinfo(i);
     h->caps |= FI_ATOMIC;
@@ -453,7 +458,9 @@ class LibfabricTransport final : public Transport {
   // say it). Whether the provider could do atomics at all is logged by describe() either way.
   std::string atomics_refusal(const LibfabricConfig& cfg) const {
     if (!cfg.want_atomics) return "not asked for (LibfabricConfig::want_atomics)";
-    if (!infos_.atomics) return "provider '" + caps_.provider + "' grants no FI_ATOMIC next to RMA writes";
+    if (!infos_.atomics)
+      return "provider '" + caps_.provider + "' grants no FI_ATOMIC next to RMA writes" +
+             (infos_.hmem ? std::string(" and FI_HMEM (LibfabricConfig::want_hmem = false may get it: shm does)") : "");
     for (auto& nic : nics_) {
       if (nic->info->domain_attr->mr_mode & FI_MR_LOCAL)
         return "provider '" + caps_.provider +
@@ -573,6 +580,7 @@ class LibfabricTransport final : public Transport {
     uint64_t raddr;
     uint64_t key;
     bool imm;
+    bool delivery;  // FI_DELIVERY_COMPLETE (LibfabricConfig::delivery_complete, data to place)
   };
   // 0, -EINVAL (bad write; last_error says why) or -EAGAIN (transmit queue or op pool full). On 0
   // an op is reserved: issue() it, then finish_post().
@@ -594,10 +602,32 @@ class LibfabricTransport final : public Transport {
           nic.peers[w.dst_rank],
           r.base + w.remote_offset,
           r.keys[k],
-          w.has_imm};
+          w.has_imm,
+          delivery_complete_ && w.length > 0};
     return 0;
   }
   static ssize_t issue(const Prepared& p) {
+    if (p.delivery) {
+      // The completion then means the data is in the target's memory (libfabric 1.17, read in its
+      // source: tcp acks a write flagged so once the bytes were received into the target buffer;
+      // shm completes it once the target copied it out of the bounce buffers, or read it itself
+      // over CMA for large writes). The default level gives no such promise: shm completes a small
+      // write with CQ data once it is queued for the target, tcp once it went into the socket
+      // (tests/mp/transport/test_atomics_mp.cpp, Placement, shows both).
+      iovec iov{const_cast<void*>(p.buf), p.len};
+      void* desc[1] = {p.desc};
+      fi_rma_iov rma{p.raddr, p.len, p.key};
+      fi_msg_rma m{};
+      m.msg_iov = &iov;
+      m.desc = desc;
+      m.iov_count = 1;
+      m.addr = p.dest;
+      m.rma_iov = &rma;
+      m.rma_iov_count = 1;
+      m.context = p.op;
+      m.data = p.data;
+      return fi_writemsg(p.nic->ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE | (p.imm ? FI_REMOTE_CQ_DATA : 0));
+    }
     return p.imm ? fi_writedata(p.nic->ep, p.buf, p.len, p.desc, p.data, p.dest, p.raddr, p.key, p.op)
                  : fi_write(p.nic->ep, p.buf, p.len, p.desc, p.dest, p.raddr, p.key, p.op);
   }
@@ -659,6 +689,7 @@ class LibfabricTransport final : public Transport {
   uint32_t rr_ = 0;
   bool provider_atomics_ = false;
   std::string atomics_why_not_;            // "" when capabilities().native_atomics
+  bool delivery_complete_ = false;         // writes with data go out with FI_DELIVERY_COMPLETE
   SourceId source_ = SourceId::kFiSource;  // never kAuto once chosen
   size_t imm_room_ = 4;                    // immediate bytes left for the caller
   uint32_t imm_shift_ = 32;                // where the rank starts in CQ data (kCqData)

@@ -57,6 +57,11 @@ struct LibfabricConfig {
   // Ask for FI_ATOMIC (post_atomic_add: remote 64-bit adds) when the provider offers it. Off by
   // default so that the default negotiation is unchanged until the proxy uses native atomics.
   bool want_atomics = false;
+  // Post every write that carries data with FI_DELIVERY_COMPLETE: its completion then comes only
+  // once the bytes are in the target's memory (capabilities().placed_writes), which is what lets the
+  // proxy publish them with a native atomic add. Off by default: on shm it sends every small write
+  // through the bounce-buffer (SAR) protocol, on tcp;ofi_rxm it waits for the target's ack.
+  bool delivery_complete = false;
 
   // provider from ANYEP_FI_PROVIDER, num_nics from ANYEP_FI_NICS, striping from ANYEP_FI_STRIPING;
   // the rest default. Throws InvalidArgument naming the variable for a bad value.

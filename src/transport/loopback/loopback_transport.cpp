@@ -113,6 +113,7 @@ class LoopbackTransport final : public Transport {
     caps_.ordered_writes = true;
     caps_.imm_bytes = 4;
     caps_.native_atomics = true;  // post_atomic_add: a CPU atomic on the peer's memory (one process)
+    caps_.placed_writes = true;   // a write is a memmove at post time, its completion comes after it
     caps_.gpu_memory = false;
     caps_.max_write_bytes = 1ull << 40;
     regions_ = RegionTable(num_ranks());

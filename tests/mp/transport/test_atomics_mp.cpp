@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +24,8 @@ struct Case {
   bool chaos;
 };
 
-std::unique_ptr<transport::Transport> make(const testkit::Rank& r, const std::string& prov, bool chaos, bool atomics) {
+std::unique_ptr<transport::Transport> make(const testkit::Rank& r, const std::string& prov, bool chaos, bool atomics,
+                                           bool delivery_complete = false) {
   transport::TransportSpec spec;
   spec.name = prov.substr(0, prov.find(';'));
   spec.rank = r.rank;
@@ -31,6 +33,7 @@ std::unique_ptr<transport::Transport> make(const testkit::Rank& r, const std::st
   spec.libfabric.provider = prov;
   spec.libfabric.want_hmem = false;  // host memory only (no CUDA context per rank on GPU hosts)
   spec.libfabric.want_atomics = atomics;
+  spec.libfabric.delivery_complete = delivery_complete;
   if (chaos) {
     spec.chaos.emplace();
     spec.chaos->seed = 20261124;
@@ -235,6 +238,104 @@ INSTANTIATE_TEST_SUITE_P(Transport, Atomics,
                            std::string p = info.param.provider;
                            return p.substr(0, p.find(';')) + (info.param.chaos ? "_chaos" : "");
                          });
+
+// LibfabricConfig::delivery_complete (capabilities().placed_writes): a write's completion means its
+// bytes are in the target's memory, which is what lets the proxy publish them with an atomic add
+// posted after that completion. As above, the target's region is in a page both ranks share, so
+// rank 0 reads it the moment the completion arrives; rank 1 sleeps first without polling (both
+// providers place data in the target's progress). The twin without it is the reason it exists: the
+// default completion comes while the target has not even looked (shm completes a small write with
+// CQ data once it is queued for the target, tcp once it is in the socket), so the bytes are not
+// there yet.
+class Placement : public ::testing::TestWithParam<const char*> {};
+
+void write_and_check_at_completion(const char* provider, bool delivery_complete) {
+  ::setenv("FI_TCP_IFACE", "lo", 0);
+  std::string why;
+  if (!transport::libfabric::provider_available(provider, &why)) GTEST_SKIP() << provider << ": " << why;
+  constexpr size_t kPage = 16384, kBytes = 2048, kFlag = kPage - 64;
+  void* page = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED) << "mmap of the shared page";
+  auto* shared = static_cast<uint8_t*>(page);
+  uint32_t* checked = reinterpret_cast<uint32_t*>(shared + kFlag);  // rank 0 looked (no transport needed)
+  testkit::RunOptions opt;
+  opt.timeout_s = 60;
+  auto res = testkit::run_ranks(
+      2,
+      [&](testkit::Rank& r) {
+        auto t = make(r, provider, false, false, delivery_complete);
+        ANYEP_MP_CHECK(t->capabilities().placed_writes == delivery_complete, transport::libfabric::describe(*t));
+        std::vector<uint8_t> src(kBytes);
+        for (size_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>(i * 13 + 1);
+        uint8_t* mine = shared + r.rank * (kPage / 4);  // rank 1's region: its quarter of the page
+        auto dst = t->register_memory(mine, kBytes, transport::MemKind::kHost);
+        auto from = t->register_memory(src.data(), kBytes, transport::MemKind::kHost);
+        transport::connect_all(*t, *r.boot, {dst, from});
+        transport::Completion cq[16];
+        transport::ImmEvent im[16];
+        size_t nc = 0, ni = 0;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+        auto poll_until = [&](auto done, const std::string& what) {
+          do {
+            ANYEP_MP_CHECK(std::chrono::steady_clock::now() < deadline, "rank " + std::to_string(r.rank) + ": " + what);
+            ANYEP_MP_CHECK(t->poll(cq, 16, &nc, im, 16, &ni) == 0, t->last_error());
+          } while (!done());
+        };
+        // Warm-up (connections are made on first use, in the target's progress).
+        if (r.rank == 0) {
+          int rc;
+          while ((rc = t->post_imm(1, 1, 1)) == -EAGAIN)
+            poll_until([] { return true; }, "the warm-up kept getting -EAGAIN");
+          ANYEP_MP_CHECK(rc == 0, t->last_error());
+          poll_until([&] { return nc > 0; }, "the warm-up immediate never completed");
+        } else {
+          poll_until([&] { return ni > 0; }, "the warm-up immediate never came");
+        }
+        r.boot->barrier();
+        const uint8_t* target = shared + kPage / 4;
+        if (r.rank == 1) {
+          if (delivery_complete) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));  // no progress here yet
+          } else {
+            // No progress at all until rank 0 has looked (bounded).
+            while (!__atomic_load_n(checked, __ATOMIC_ACQUIRE) && std::chrono::steady_clock::now() < deadline)
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          poll_until([&] { return std::memcmp(target, src.data(), kBytes) == 0; }, "the write never landed");
+        } else {
+          // A small write with an immediate (shm: inline, as the proxy's engine writes go) and a
+          // larger one without (shm: a direct CMA copy by default; with delivery: SAR).
+          for (const size_t len : {size_t{64}, kBytes}) {
+            int rc;
+            while ((rc = t->post_write({1, from, 0, dst, 0, len, len == 64, 5, len})) == -EAGAIN)
+              poll_until([] { return true; }, "the write kept getting -EAGAIN");
+            ANYEP_MP_CHECK(rc == 0, "post_write: " + t->last_error());
+            poll_until([&] { return nc > 0; }, "the write never completed");
+            ANYEP_MP_CHECK(nc == 1 && cq[0].context == len && cq[0].status == 0, "one good completion of the write");
+            const bool there = std::memcmp(target, src.data(), len) == 0;
+            if (delivery_complete)
+              ANYEP_MP_CHECK(there, "a " + std::to_string(len) +
+                                        "-byte write posted with delivery_complete completed before its bytes were at "
+                                        "the target");
+            else if (len == 64)  // the first, queued for the target, which has not polled since
+              ANYEP_MP_CHECK(!there, "the default completion came after placement: the negative control has no fault");
+          }
+          __atomic_store_n(checked, 1u, __ATOMIC_RELEASE);
+        }
+        r.boot->barrier();
+      },
+      opt);
+  ::munmap(page, kPage);
+  ANYEP_EXPECT_RANKS_OK(res);
+}
+
+TEST_P(Placement, DeliveryCompleteWriteIsPlacedWhenItCompletes) { write_and_check_at_completion(GetParam(), true); }
+TEST_P(Placement, DefaultCompletionComesBeforePlacement) { write_and_check_at_completion(GetParam(), false); }
+
+INSTANTIATE_TEST_SUITE_P(Transport, Placement, ::testing::Values("tcp;ofi_rxm", "shm"), [](const auto& info) {
+  const std::string p = info.param;
+  return p.substr(0, p.find(';'));
+});
 
 TEST(AtomicsOff, WithoutAskingThereAreNoneAndThePostSaysHowToAsk) {
   ::setenv("FI_TCP_IFACE", "lo", 0);
