@@ -44,7 +44,7 @@ using namespace anyep::testkit;
 namespace {
 
 struct Summary {  // what one rank reports to the parent
-  uint64_t commands = 0, bytes = 0, retired = 0, held = 0;
+  uint64_t commands = 0, bytes = 0, retired = 0, held = 0, native = 0;
   double seconds = 0;
   uint32_t bypass = 0, n_rt = 0, n_quiet = 0;
 };
@@ -99,10 +99,10 @@ double pct(std::vector<uint64_t> v, double p) {
 // The results: a table of what was measured, the raw figures, a latency plot.
 Report report(const std::vector<Summary>& s, const std::vector<uint64_t>& rt, const std::vector<uint64_t>& quiet,
               double wall_s, bool quiet_data_checked, const std::string& engine) {
-  uint64_t cmds = 0, bytes = 0, held = 0;
+  uint64_t cmds = 0, bytes = 0, held = 0, native = 0;
   double slowest = 0;
   for (const Summary& x : s)
-    cmds += x.commands, bytes += x.bytes, held += x.held, slowest = std::max(slowest, x.seconds);
+    cmds += x.commands, bytes += x.bytes, held += x.held, native += x.native, slowest = std::max(slowest, x.seconds);
   Report r;
   r.bench = "proxy";
   // Honest about QUIET: its completion is always checked; its data check (the bytes at the destination
@@ -120,6 +120,7 @@ Report report(const std::vector<Summary>& s, const std::vector<uint64_t>& rt, co
                   {"command rate", mcmds, "M commands/s"},
                   {"payload", gbps, "GB/s"},
                   {"signals held by the ordering engine", held, "until their writes landed"},
+                  {"signals as native atomic adds", native, "ANYEP_PROXY_ATOMICS=native"},
                   {"LL round trip p50", pct(rt, 0.5), "us"},
                   {"LL round trip p90", pct(rt, 0.9), "us"},
                   {"LL round trip p99", pct(rt, 0.99), "us"},
@@ -135,6 +136,7 @@ Report report(const std::vector<Summary>& s, const std::vector<uint64_t>& rt, co
   r.results.set("mcommands_per_s", mcmds);
   r.results.set("payload_GBps", gbps);
   r.results.set("signals_held", held);
+  r.results.set("signals_native", native);
   r.results.set("ordering_engine", engine);
   r.results.set("quiet_data_checked", quiet_data_checked);
   Json lat = Json::object();
@@ -282,6 +284,7 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
         sums[r].commands = res[r].commands;
         sums[r].bytes = res[r].payload_bytes;
         sums[r].held = cl.rank(r).proxy->stats().signals_held;
+        sums[r].native = cl.rank(r).proxy->stats().signals_native;
         rt.insert(rt.end(), res[r].ll_round_trip_ns.begin(), res[r].ll_round_trip_ns.end());
         q.insert(q.end(), res[r].quiet_ns.begin(), res[r].quiet_ns.end());
       }
@@ -318,6 +321,7 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
                     run.result.payload_bytes,
                     run.stats.commands,
                     run.stats.signals_held,
+                    run.stats.signals_native,
                     run.seconds,
                     run.bypass,
                     uint32_t(run.result.ll_round_trip_ns.size()),

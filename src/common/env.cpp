@@ -60,6 +60,11 @@ const std::vector<VarInfo>& all_vars() {
        "LL Python extension: one stderr line per step of each call and a native backtrace on a fatal signal "
        "(diagnostics)",
        T::kBool},
+      {"ANYEP_PROXY_ATOMICS", "emulated",
+       "proxy SIGNALs: emulated (the receiving proxy adds to the counter once the writes it is fenced after landed) or "
+       "native (the sending proxy posts the transport's remote atomic add once those writes completed; libfabric "
+       "endpoints are then opened with atomics and delivery-complete writes; a transport without either is an error)",
+       T::kEnum, 0, 0, "emulated|native"},
       {"ANYEP_PROXY_CPUS", "auto",
        "proxy thread pinning: auto (GPU's NUMA node when known), none, or a CPU list like 0-3,8 (CPUs this process may "
        "run on)",

@@ -66,6 +66,7 @@ ProxyConfig ProxyConfig::from_env() {
     throw InvalidArgument("ANYEP_PROXY_ORDERING='" + ord + "': expected auto, engine or bypass");
   const int64_t rph = env::get_count("ANYEP_PROXY_RANKS_PER_HOST");
   if (rph > 0) c.ranks_per_node = static_cast<uint32_t>(rph);
+  c.native_atomics = env::get_enum("ANYEP_PROXY_ATOMICS") == "native";
   return c;
 }
 

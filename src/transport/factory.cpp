@@ -100,6 +100,9 @@ TransportSpec TransportSpec::from_env(std::string name, uint32_t rank, uint32_t 
   s.chaos = chaos::ChaosConfig::from_env();
   s.libfabric = libfabric::LibfabricConfig::from_env();
   s.cuda_ipc.batch_copies = env::get_bool("ANYEP_CUDA_IPC_BATCH");
+  // Native proxy atomics (ProxyConfig::from_env reads the same variable) need both from libfabric:
+  // the add itself, and writes whose completion means placed (the add is posted after them).
+  if (env::get_enum("ANYEP_PROXY_ATOMICS") == "native") s.libfabric.want_atomics = s.libfabric.delivery_complete = true;
   // ANYEP_FI_PROVIDER chooses only for "libfabric"; "tcp", "shm", ... name their provider.
   if (s.name != "libfabric") s.libfabric.provider.clear();
   return s;

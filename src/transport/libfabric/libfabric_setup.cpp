@@ -36,24 +36,28 @@ std::string fi_err(ssize_t rc) {
 }
 
 bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, std::string* why, bool want_atomics) {
-  for (bool hmem : {want_hmem, false}) {
-    for (bool atomics : {want_atomics, false}) {
-      fi_info* h = hints_for(provider, hmem, atomics);
-      fi_info* res = nullptr;
-      int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &res);
-      fi_freeinfo(h);
-      if (rc == 0 && res) {
-        out.head = res;
-        out.hmem = hmem;
-        out.atomics = atomics;
-        return true;
-      }
-      if (why)
-        *why = "libfabric provider '" + provider +
-               "' offers no FI_EP_RDM endpoint with RMA writes and FI_SOURCE here (" + fi_err(rc) + ")";
-      if (!atomics) break;
+  // What was asked for first, then less of it. Atomics are asked for by a proxy that fails without
+  // them (native atomics), so they rank above FI_HMEM, which only saves host staging (shm grants
+  // FI_ATOMIC only without FI_HMEM in libfabric 1.17).
+  const bool tries[4][2] = {{want_hmem, want_atomics}, {false, want_atomics}, {want_hmem, false}, {false, false}};
+  for (int i = 0; i < 4; ++i) {
+    const bool hmem = tries[i][0], atomics = tries[i][1];
+    bool seen = false;  // the same combination tried before
+    for (int j = 0; j < i; ++j) seen = seen || (tries[j][0] == hmem && tries[j][1] == atomics);
+    if (seen) continue;
+    fi_info* h = hints_for(provider, hmem, atomics);
+    fi_info* res = nullptr;
+    int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &res);
+    fi_freeinfo(h);
+    if (rc == 0 && res) {
+      out.head = res;
+      out.hmem = hmem;
+      out.atomics = atomics;
+      return true;
     }
-    if (!hmem) break;
+    if (why)
+      *why = "libfabric provider '" + provider + "' offers no FI_EP_RDM endpoint with RMA writes and FI_SOURCE here (" +
+             fi_err(rc) + ")";
   }
   return false;
 }

@@ -459,8 +459,8 @@ class LibfabricTransport final : public Transport {
   std::string atomics_refusal(const LibfabricConfig& cfg) const {
     if (!cfg.want_atomics) return "not asked for (LibfabricConfig::want_atomics)";
     if (!infos_.atomics)
-      return "provider '" + caps_.provider + "' grants no FI_ATOMIC next to RMA writes" +
-             (infos_.hmem ? std::string(" and FI_HMEM (LibfabricConfig::want_hmem = false may get it: shm does)") : "");
+      return "provider '" + caps_.provider +
+             "' grants no FI_ATOMIC next to RMA writes (asked with and without FI_HMEM)";
     for (auto& nic : nics_) {
       if (nic->info->domain_attr->mr_mode & FI_MR_LOCAL)
         return "provider '" + caps_.provider +

@@ -2,8 +2,8 @@
 // it must exit 0 and print its result line, with the QUIET data check where it can run, the
 // ordering engine on under chaos, and every producer's samples (so every producer reached its
 // end). In-process (loopback) and a process per rank (libfabric tcp, shm), with and without the
-// chaos transport. Under the sanitizer builds every rank runs instrumented: a report fails the
-// rank, hence the job, hence the test.
+// chaos transport, and with signals as native atomic adds (ANYEP_PROXY_ATOMICS=native). Under the sanitizer builds
+// every rank runs instrumented: a report fails the rank, hence the job, hence the test.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -24,9 +24,11 @@ struct Case {
   const char* provider;  // shm | tcp | loopback
   uint32_t ranks, threads;
   const char* chaos_seed;  // "" : no chaos
+  bool native = false;     // ANYEP_PROXY_ATOMICS=native: signals as the transport's remote atomic adds
 };
 void PrintTo(const Case& c, std::ostream* os) {  // the case in ctest's list, not its bytes
-  *os << c.provider << " " << c.ranks << " ranks " << c.threads << " threads" << (*c.chaos_seed ? " chaos" : "");
+  *os << c.provider << " " << c.ranks << " ranks " << c.threads << " threads" << (*c.chaos_seed ? " chaos" : "")
+      << (c.native ? " native atomics" : "");
 }
 
 // bench/main.cpp runs 3 producers per rank; a producer samples its LL round trip every 8 rounds
@@ -58,9 +60,10 @@ TEST_P(MainJob, RunsToItsResultLine) {
                                       "--timeout-s",     "40",
                                       "--job-timeout-s", "120"};
   // ANYEP_CHAOS_SEED empty: off, whatever the calling environment says.
-  const std::vector<std::string> env{"FI_TCP_IFACE=lo", std::string("ANYEP_CHAOS_SEED=") + c.chaos_seed};
+  const std::string atomics = std::string("ANYEP_PROXY_ATOMICS=") + (c.native ? "native" : "emulated");
+  const std::vector<std::string> env{"FI_TCP_IFACE=lo", std::string("ANYEP_CHAOS_SEED=") + c.chaos_seed, atomics};
   testkit::ChildProcess p = testkit::spawn_child(ANYEP_MAIN_PATH, args, env);
-  std::string cmd = std::string("ANYEP_CHAOS_SEED=") + c.chaos_seed + " " + ANYEP_MAIN_PATH;
+  std::string cmd = atomics + " ANYEP_CHAOS_SEED=" + c.chaos_seed + " " + ANYEP_MAIN_PATH;
   for (const auto& a : args) cmd += " " + a;
   const bool exited = testkit::wait_child(p, 150);
   const std::string all = "$ " + cmd + "\n--- stdout\n" + p.out_text + "--- stderr\n" + p.err_text;
@@ -85,6 +88,16 @@ TEST_P(MainJob, RunsToItsResultLine) {
   } else {
     EXPECT_EQ(p.out_text.find("chaos transport"), std::string::npos) << all;
   }
+  // Signals went as native adds exactly when asked (the row counts them over all ranks).
+  const std::string native_row = line_with(p.out_text, "signals as native atomic adds");
+  ASSERT_FALSE(native_row.empty()) << all;
+  const size_t digit = native_row.find_first_of("0123456789");
+  ASSERT_NE(digit, std::string::npos) << native_row;
+  const unsigned long long native_adds = std::stoull(native_row.substr(digit));
+  if (c.native)
+    EXPECT_GT(native_adds, 0u) << all;
+  else
+    EXPECT_EQ(native_adds, 0u) << all;
   // Every producer of every rank ran to its end.
   const uint32_t producers = c.ranks * kProducers;
   const std::string rt =
@@ -102,10 +115,12 @@ TEST_P(MainJob, RunsToItsResultLine) {
 INSTANTIATE_TEST_SUITE_P(Job, MainJob,
                          ::testing::Values(Case{"loopback", 4, 2, ""}, Case{"loopback", 4, 3, "31"},
                                            Case{"shm", 4, 2, ""}, Case{"shm", 4, 2, "32"}, Case{"tcp", 2, 2, ""},
-                                           Case{"tcp", 3, 2, "33"}),
+                                           Case{"tcp", 3, 2, "33"}, Case{"loopback", 3, 2, "34", true},
+                                           Case{"shm", 3, 2, "35", true}, Case{"tcp", 2, 2, "", true}),
                          [](const auto& i) {
                            return std::string(i.param.provider) + "_" + std::to_string(i.param.ranks) + "ranks_" +
-                                  std::to_string(i.param.threads) + "threads" + (*i.param.chaos_seed ? "_chaos" : "");
+                                  std::to_string(i.param.threads) + "threads" + (*i.param.chaos_seed ? "_chaos" : "") +
+                                  (i.param.native ? "_native" : "");
                          });
 
 }  // namespace

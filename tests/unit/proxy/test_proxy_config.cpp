@@ -1,6 +1,6 @@
-// ProxyConfig holds plain values: from_env() reads ANYEP_TIMEOUT_S, ANYEP_PROXY_ORDERING and
-// ANYEP_PROXY_RANKS_PER_HOST once, the Proxy itself reads no environment, and values it cannot use
-// are refused with the reason.
+// ProxyConfig holds plain values: from_env() reads ANYEP_TIMEOUT_S, ANYEP_PROXY_ORDERING,
+// ANYEP_PROXY_RANKS_PER_HOST and ANYEP_PROXY_ATOMICS once, the Proxy itself reads no environment, and values it cannot
+// use are refused with the reason.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -30,16 +30,21 @@ std::string invalid_message(const std::function<void()>& f) {
 }
 
 TEST(ProxyConfig, FromEnvDefaultsAreTheStructDefaults) {
-  ScopedEnv t("ANYEP_TIMEOUT_S", nullptr), o("ANYEP_PROXY_ORDERING", nullptr), r("ANYEP_PROXY_RANKS_PER_HOST", nullptr);
+  ScopedEnv t("ANYEP_TIMEOUT_S", nullptr), o("ANYEP_PROXY_ORDERING", nullptr), r("ANYEP_PROXY_RANKS_PER_HOST", nullptr),
+      a("ANYEP_PROXY_ATOMICS", nullptr);
   const ProxyConfig c = ProxyConfig::from_env(), d;
   EXPECT_EQ(c.timeout_ns, d.timeout_ns);
   EXPECT_EQ(c.ordering, d.ordering);
+  EXPECT_FALSE(c.native_atomics);
+  EXPECT_EQ(c.native_atomics, d.native_atomics);
   EXPECT_FALSE(c.ranks_per_node.has_value());  // 0: detect
 }
 
 TEST(ProxyConfig, FromEnvReadsEachVariable) {
-  ScopedEnv t("ANYEP_TIMEOUT_S", "2.5"), o("ANYEP_PROXY_ORDERING", "engine"), r("ANYEP_PROXY_RANKS_PER_HOST", "4");
+  ScopedEnv t("ANYEP_TIMEOUT_S", "2.5"), o("ANYEP_PROXY_ORDERING", "engine"), r("ANYEP_PROXY_RANKS_PER_HOST", "4"),
+      a("ANYEP_PROXY_ATOMICS", "native");
   const ProxyConfig c = ProxyConfig::from_env();
+  EXPECT_TRUE(c.native_atomics);
   EXPECT_EQ(c.timeout_ns, 2'500'000'000ull);
   EXPECT_EQ(c.ordering, Ordering::kEngine);
   ASSERT_TRUE(c.ranks_per_node.has_value());
@@ -55,6 +60,11 @@ TEST(ProxyConfig, FromEnvNamesABadVariable) {
   {
     ScopedEnv r("ANYEP_PROXY_RANKS_PER_HOST", "-2");
     EXPECT_NE(invalid_message([] { ProxyConfig::from_env(); }).find("ANYEP_PROXY_RANKS_PER_HOST='-2'"),
+              std::string::npos);
+  }
+  {
+    ScopedEnv a("ANYEP_PROXY_ATOMICS", "sometimes");
+    EXPECT_NE(invalid_message([] { ProxyConfig::from_env(); }).find("ANYEP_PROXY_ATOMICS='sometimes'"),
               std::string::npos);
   }
   {

@@ -130,6 +130,28 @@ TEST(Factory, ChaosFromTheSpecWrapsTheEndpoint) {
   EXPECT_FALSE(t->capabilities().ordered_writes);
 }
 
+// ANYEP_PROXY_ATOMICS=native asks libfabric for what the proxy's native adds need: the add, and
+// writes whose completion means placed; emulated (the default) asks for neither.
+TEST(Factory, NativeProxyAtomicsFromTheEnvironmentAskLibfabricForAddsAndPlacedWrites) {
+  {
+    ScopedEnv a("ANYEP_PROXY_ATOMICS", nullptr);
+    const TransportSpec s = TransportSpec::from_env("shm", 0, 2);
+    EXPECT_FALSE(s.libfabric.want_atomics);
+    EXPECT_FALSE(s.libfabric.delivery_complete);
+  }
+  {
+    ScopedEnv a("ANYEP_PROXY_ATOMICS", "native");
+    const TransportSpec s = TransportSpec::from_env("shm", 0, 2);
+    EXPECT_TRUE(s.libfabric.want_atomics);
+    EXPECT_TRUE(s.libfabric.delivery_complete);
+  }
+  {
+    ScopedEnv a("ANYEP_PROXY_ATOMICS", "always");
+    const std::string m = error_of<InvalidArgument>([] { TransportSpec::from_env("shm", 0, 2); });
+    EXPECT_NE(m.find("ANYEP_PROXY_ATOMICS='always'"), std::string::npos) << m;
+  }
+}
+
 TEST(Factory, ChaosFromTheEnvironmentThroughFromEnv) {
   {
     ScopedEnv seed("ANYEP_CHAOS_SEED", nullptr);
