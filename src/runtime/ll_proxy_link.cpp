@@ -120,7 +120,8 @@ std::string LLProxyLink::dropped_peers() const {
 
 std::string LLProxyLink::describe() const {
   return transport_name_ + ", " + std::to_string(proxy_->num_threads()) + " proxy threads, " +
-         std::to_string(channel_->num_rings()) + " rings" + (proxy_->bypass() ? ", ordering engine bypassed" : "");
+         std::to_string(channel_->num_rings()) + " rings" + (proxy_->bypass() ? ", ordering engine bypassed" : "") +
+         (proxy_->native_atomics() ? ", signals as native atomic adds (ANYEP_PROXY_ATOMICS=native)" : "");
 }
 
 }  // namespace anyep::runtime
