@@ -215,13 +215,27 @@ Json transport_json(const std::string& name) {
     j.set("ordered_writes", c.ordered_writes);
     j.set("immediate_bytes", c.imm_bytes);
     j.set("native_atomics", c.native_atomics);
+    j.set("placed_writes", c.placed_writes);
     j.set("gpu_memory_registration", c.gpu_memory);
     j.set("max_write_bytes", c.max_write_bytes);
     j.set("nics", c.num_nics);
     Json emulated = Json::array();
     emulated.push(c.ordered_writes ? "nothing for ordering (engine bypassed under ANYEP_PROXY_ORDERING=auto)"
                                    : "signal-after-data ordering (the receiver's ordering engine)");
-    emulated.push("remote atomics: signals are applied by the receiving proxy (native atomics are not wired up yet)");
+    // What the proxy does for signals under ANYEP_PROXY_ATOMICS (docs/proxy.md).
+    const bool native_asked = env::get_enum("ANYEP_PROXY_ATOMICS") == "native";
+    if (native_asked && c.native_atomics && c.placed_writes)
+      emulated.push(
+          "nothing for atomics: signals go as the transport's remote atomic adds (ANYEP_PROXY_ATOMICS=native)");
+    else if (native_asked)
+      emulated.push(std::string("remote atomics: ANYEP_PROXY_ATOMICS=native cannot be served here (") +
+                    (!c.native_atomics ? (c.atomics_note.empty() ? "no remote atomic add" : c.atomics_note)
+                                       : "write completions do not mean placement") +
+                    "): a proxy over it refuses to start");
+    else
+      emulated.push(
+          "remote atomics: signals are applied by the receiving proxy (ANYEP_PROXY_ATOMICS=emulated; =native asks the "
+          "transport for remote atomic adds)");
     if (!c.gpu_memory && c.backend == "libfabric")
       emulated.push("GPU memory registration: the LL buffer is host-staged (pinned host memory mapped into the GPU)");
 #ifdef ANYEP_CLI_LIBFABRIC
@@ -243,6 +257,7 @@ Json paths_json(const Json& transports, size_t gpus) {
   p.set("ANYEP_LL_PATH", ll);
   p.set("proxy_threads", env::get_count("ANYEP_PROXY_THREADS"));
   p.set("proxy_ordering", env::get_enum("ANYEP_PROXY_ORDERING"));
+  p.set("proxy_atomics", env::get_enum("ANYEP_PROXY_ATOMICS"));
   const Json* lf = nullptr;
   const std::string fi = env::get_enum("ANYEP_FI_PROVIDER");
   for (const Json& t : transports.items()) {
@@ -328,17 +343,20 @@ void print_text(const Json& doc, FILE* f) {
       std::fprintf(f, "  %-10s not available: %s\n", get(t, "name").c_str(), get(t, "why").c_str());
       continue;
     }
-    std::fprintf(f, "  %-10s %s/%s: ordered writes %s, immediate %s bytes, native atomics %s, GPU memory %s\n",
+    std::fprintf(f,
+                 "  %-10s %s/%s: ordered writes %s, immediate %s bytes, native atomics %s, writes placed at completion "
+                 "%s, GPU memory %s\n",
                  get(t, "name").c_str(), get(t, "backend").c_str(), get(t, "provider").c_str(),
                  yes(get(t, "ordered_writes") == "true").c_str(), get(t, "immediate_bytes").c_str(),
-                 yes(get(t, "native_atomics") == "true").c_str(),
+                 yes(get(t, "native_atomics") == "true").c_str(), yes(get(t, "placed_writes") == "true").c_str(),
                  yes(get(t, "gpu_memory_registration") == "true").c_str());
     for (const Json& e : t.find("proxy_emulates")->items())
       std::fprintf(f, "             emulated: %s\n", e.str().c_str());
   }
   const Json& p = *doc.find("paths");
-  std::fprintf(f, "\nLL Buffer paths (ANYEP_LL_PATH=%s, %s proxy threads, ordering %s):\n",
-               get(p, "ANYEP_LL_PATH").c_str(), get(p, "proxy_threads").c_str(), get(p, "proxy_ordering").c_str());
+  std::fprintf(f, "\nLL Buffer paths (ANYEP_LL_PATH=%s, %s proxy threads, ordering %s, signals %s):\n",
+               get(p, "ANYEP_LL_PATH").c_str(), get(p, "proxy_threads").c_str(), get(p, "proxy_ordering").c_str(),
+               get(p, "proxy_atomics").c_str());
   for (const Json& l : p.find("ll_buffer")->items()) std::fprintf(f, "  %s\n", l.str().c_str());
   const Json& e = *doc.find("environment");
   std::fprintf(f, "\nanyep environment variables set: %s\n", e.items().empty() ? "none" : e.dump(-1).c_str());

@@ -62,6 +62,12 @@ check "anyep info --json" 0 "\"transports\"" "$ANYEP" info --json
 json_check "info JSON has the build, GPUs, transports and paths" \
   "d['build']['version'] and isinstance(d['gpus'], list) and any(t['name'] == 'shm' for t in d['transports']) and d['paths']['ll_buffer']"
 gpus=$(python3 -c "import json; print(len(json.load(open('$tmp/out'))['gpus']))")
+# loopback always has native adds and placed writes: the proxy's answer to ANYEP_PROXY_ATOMICS.
+check "info, native atomics asked" 0 "signals go as the transport's remote atomic adds (ANYEP_PROXY_ATOMICS=native)" \
+  env ANYEP_PROXY_ATOMICS=native "$ANYEP" info
+check "info, native atomics not asked" 0 "signals are applied by the receiving proxy (ANYEP_PROXY_ATOMICS=emulated" \
+  "$ANYEP" info
+check "bad ANYEP_PROXY_ATOMICS" 2 "ANYEP_PROXY_ATOMICS" env ANYEP_PROXY_ATOMICS=sometimes "$ANYEP" info
 
 check "bench proxy --json (shm)" 0 "\"bench\": \"proxy\"" "$ANYEP" bench proxy --ranks 2 --rounds 50 --json
 json_check "proxy JSON: ok, commands counted, a table" \

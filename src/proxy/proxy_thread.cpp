@@ -490,7 +490,10 @@ bool ProxyThread::poll_transport(uint64_t now) {
           where(~0u) + ": " +
           (native && completion::native_add(c.context) ? "an atomic add (native SIGNAL)" : "a write") +
           (peer >= 0 ? " to rank " + std::to_string(peer) : std::string()) + " failed (" + std::to_string(c.status) +
-          "): " + ep_->last_error();
+          "): " +
+          (ep_->last_error().empty()
+               ? std::string(std::strerror(static_cast<int>(-c.status))) + " (the transport said no more)"
+               : ep_->last_error());
       if (peer < 0 || !drop_peer(static_cast<uint32_t>(peer), msg)) {
         fatal(anyepTransportError, msg);
         return false;
