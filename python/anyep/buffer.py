@@ -15,8 +15,6 @@ from .config import Config
 from .event import EventHandle, EventOverlap
 from .utils import check_nvlink_connections
 
-# The issue that brings the internode high-throughput path (ranks not reached by direct stores).
-_HT_PART2_ISSUE = 'the "High-throughput mode, part 2" issue'
 
 # DeepEP's recommended configs (deep_ep/buffer.py at 567632d), per rank count: NVLink send chunk,
 # NVLink receive ring, RDMA send chunk, RDMA receive ring (tokens); the SM count is Buffer.num_sms.
@@ -53,7 +51,9 @@ class Buffer:
     High-throughput mode (DeepEP's normal mode: `get_dispatch_layout`, `dispatch`, `combine`;
     `num_nvl_bytes` from `Config.get_nvl_buffer_size_hint`): 1..16 ranks that reach each other by
     direct stores (CUDA IPC: NVLink or PCIe peer access, or processes sharing a GPU), docs/ht.md.
-    Ranks on other hosts (`internode_dispatch`, `internode_combine`) are not supported yet.
+    Ranks on several nodes (hosts, or ANYEP_HT_RANKS_PER_NODE): the same calls run the internode
+    path, a rail exchange through the CPU proxy in `num_rdma_bytes` and the intranode kernels
+    inside each node (docs/ht.md, "Internode").
 
     Low-latency mode (`low_latency_mode=True`, `num_rdma_bytes` from
     `get_low_latency_rdma_size_hint`): direct stores through CUDA IPC to peers on this host, the
@@ -116,8 +116,9 @@ class Buffer:
         Raises:
             ValueError: neither `group` nor `comm`, `low_latency_mode` with `num_rdma_bytes <= 0`, or
                 `num_nvl_bytes` negative or smaller than the high-throughput control area.
-            NotImplementedError: `num_nvl_bytes > 0` with more than 16 ranks, or a peer not
-                reachable by direct stores (the internode high-throughput path is part 2).
+            NotImplementedError: `num_nvl_bytes > 0` with more than 16 ranks on one node, a peer
+                of this node not reachable by direct stores, or nodes of unequal size.
+            ValueError: ranks on several nodes with `num_nvl_bytes > 0` but `num_rdma_bytes <= 0`.
             ImportError: the compiled extension anyep._C is missing.
         """
         check_nvlink_connections(group)
@@ -144,15 +145,22 @@ class Buffer:
         self._combine_buffers = {}
         self._ll = None
         self._ht = None
+        self._net = None
+        self._internode = None
         self.runtime = None
         self._destroyed = False
         if num_nvl_bytes < 0:
             raise ValueError(f"anyep: num_nvl_bytes must be >= 0, got {num_nvl_bytes}")
         if num_nvl_bytes > 0:
-            # The HT region: separate from the LL one, so both modes work in one Buffer.
-            self._ht = _ext().HTBuffer(self.rank, self.group_size, int(num_nvl_bytes))
+            # The HT region: separate from the LL one, so both modes work in one Buffer. Nodes: the
+            # hosts, or ANYEP_HT_RANKS_PER_NODE (emulated nodes on one machine).
+            k = _ext().ht_ranks_per_node(self._allgather(_ext().host_identity()))
+            if k == self.group_size:
+                self._ht = _ext().HTBuffer(self.rank, self.group_size, int(num_nvl_bytes))
+                self._ht.connect(self._allgather(self._ht.local_info()))
+            else:
+                self._build_internode(k, int(num_nvl_bytes), int(num_rdma_bytes))
             self.runtime = self._ht
-            self._ht.connect(self._allgather(self._ht.local_info()))
             self._barrier()
         if low_latency_mode:
             if num_rdma_bytes <= 0:
@@ -165,6 +173,23 @@ class Buffer:
             self.runtime = self._ll
             self._ll.connect(self._allgather(self._ll.local_info()), self._allgather_bytes)
             self._barrier()
+
+    def _build_internode(self, k: int, num_nvl_bytes: int, num_rdma_bytes: int) -> None:
+        """The internode HT path (anyep/internode.py): the rail exchange over the proxy in
+        `num_rdma_bytes`, and an intranode buffer over this node's `k` ranks in `num_nvl_bytes`."""
+        if num_rdma_bytes <= 0:
+            raise ValueError(f"anyep: the ranks span {self.group_size // k} nodes of {k}: high-throughput mode "
+                             "between nodes needs num_rdma_bytes > 0 for its exchange region (docs/ht.md, "
+                             "\"Internode\")")
+        from .internode import Internode
+        net = _ext().HTNet(self.rank, self.group_size, k, num_rdma_bytes)
+        self._net = net
+        net.connect(self._allgather_bytes)
+        node = self.rank // k
+        self._ht = _ext().HTBuffer(self.rank % k, k, num_nvl_bytes)
+        infos = self._allgather(self._ht.local_info())
+        self._ht.connect(infos[node * k:(node + 1) * k])
+        self._internode = Internode(self.rank, self.group_size, net, self._ht)
 
     def _allgather(self, obj) -> list:
         """Every rank's `obj`, indexed by rank, over the group (or the mpi4py comm)."""
@@ -209,7 +234,9 @@ class Buffer:
         if self._ll is None and self._ht is None:
             raise RuntimeError("anyep: the Buffer has neither a low-latency nor a high-throughput region")
         parts = [self._ll.describe_paths()] if self._ll is not None else []
-        if self._ht is not None:
+        if self._internode is not None:
+            parts.append(f"high-throughput: {self._internode.describe_paths()}")
+        elif self._ht is not None:
             parts.append(f"high-throughput: {self._ht.describe_paths()}")
         return "; ".join(parts)
 
@@ -359,6 +386,9 @@ class Buffer:
         if self._ll is not None:
             self._ll.destroy()
             self._ll = None
+        if self._internode is not None:
+            self._internode.destroy()
+            self._internode = self._net = None
         if self._ht is not None:
             self._ht.destroy()
             self._ht = None
@@ -399,6 +429,8 @@ class Buffer:
             raise RuntimeError("anyep: the Buffer has neither a low-latency nor a high-throughput region")
         if self._ht is not None:
             self._ht.check_error()
+        if self._net is not None:
+            self._net.check_error()
         if self._ll is not None:
             self._ll.check_error()
 
@@ -487,11 +519,17 @@ class Buffer:
             RuntimeError: the Buffer has no high-throughput region (`num_nvl_bytes` was 0).
         """
         ht = self._high_throughput()
+        num_tokens_per_rdma_rank = None
         with self._ht_begin(previous_event, async_finish, allocate_on_comm_stream):
-            num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank = ht.get_dispatch_layout(
-                topk_idx, int(num_experts), self._comm_stream_ptr)
+            if self._internode is not None:
+                with torch.cuda.stream(self._comm_stream):
+                    num_tokens_per_rank, num_tokens_per_rdma_rank, num_tokens_per_expert, is_token_in_rank = \
+                        self._internode.layout(topk_idx, int(num_experts))
+            else:
+                num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank = ht.get_dispatch_layout(
+                    topk_idx, int(num_experts), self._comm_stream_ptr)
         event = self._ht_end(async_finish, (topk_idx, num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank))
-        return num_tokens_per_rank, None, num_tokens_per_expert, is_token_in_rank, event
+        return num_tokens_per_rank, num_tokens_per_rdma_rank, num_tokens_per_expert, is_token_in_rank, event
 
     def dispatch(self, x: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]], handle: Optional[Tuple] = None,
                  num_tokens_per_rank: Optional[torch.Tensor] = None,
@@ -573,8 +611,12 @@ class Buffer:
             raise ValueError(f"anyep: expert_alignment must be >= 1, got {expert_alignment}")
         if num_worst_tokens < 0:
             raise ValueError(f"anyep: num_worst_tokens must be >= 0, got {num_worst_tokens}")
-        del num_tokens_per_rdma_rank  # intranode: no RDMA ranks
+        del num_tokens_per_rdma_rank  # recomputed from is_token_in_rank (internode) or unused (intranode)
         tuning = (config.num_sms, config.num_max_nvl_chunked_send_tokens, config.num_max_nvl_chunked_recv_tokens)
+        if self._internode is not None:
+            return self._dispatch_internode(x, x_scales, handle, is_token_in_rank, num_tokens_per_expert, topk_idx,
+                                            topk_weights, expert_alignment, num_worst_tokens, tuning, previous_event,
+                                            async_finish, allocate_on_comm_stream)
         if handle is not None:
             if topk_idx is not None or topk_weights is not None:
                 raise ValueError("anyep: a cached dispatch (handle given) takes no topk_idx or topk_weights "
@@ -649,6 +691,18 @@ class Buffer:
         """
         ht = self._high_throughput()
         config = self.get_combine_config(self.group_size) if config is None else config
+        if self._internode is not None:
+            from .internode import InternodeHandle
+            if not isinstance(handle, InternodeHandle):
+                raise ValueError("anyep: handle must be the handle returned by this Buffer's (internode) dispatch")
+            bias_0, bias_1 = self._unpack_bias(bias)
+            tuning = (config.num_sms, config.num_max_nvl_chunked_send_tokens, config.num_max_nvl_chunked_recv_tokens)
+            with self._ht_begin(previous_event, async_finish, allocate_on_comm_stream):
+                with torch.cuda.stream(self._comm_stream):
+                    combined_x, combined_topk_weights = self._internode.combine(
+                        x, handle, topk_weights, bias_0, bias_1, tuning, self._comm_stream_ptr)
+            event = self._ht_end(async_finish, (x, topk_weights, bias_0, bias_1, combined_x, combined_topk_weights))
+            return combined_x, combined_topk_weights, event
         # The sender-side channel_prefix_matrix (handle[1]) belongs to the dispatch; combine walks
         # the receiver side (handle[2]), as deep_ep does.
         rank_prefix_matrix, _, recv_channel_prefix_matrix, src_idx, _, send_head = self._unpack_handle(handle)
@@ -662,34 +716,73 @@ class Buffer:
                              + tuple(handle))
         return combined_x, combined_topk_weights, event
 
+    def _dispatch_internode(self, x, x_scales, handle, is_token_in_rank, num_tokens_per_expert, topk_idx,
+                            topk_weights, expert_alignment, num_worst_tokens, tuning, previous_event, async_finish,
+                            allocate_on_comm_stream):
+        """dispatch() when the ranks span nodes (anyep/internode.py); the same returns."""
+        from .internode import InternodeHandle
+        if handle is not None:
+            if topk_idx is not None or topk_weights is not None:
+                raise ValueError("anyep: a cached dispatch (handle given) takes no topk_idx or topk_weights "
+                                 "(as in deep_ep)")
+            if not isinstance(handle, InternodeHandle):
+                raise ValueError("anyep: handle must be the handle returned by this Buffer's (internode) dispatch")
+            with self._ht_begin(previous_event, async_finish, allocate_on_comm_stream):
+                with torch.cuda.stream(self._comm_stream):
+                    recv_x, recv_x_scales = self._internode.cached_dispatch(
+                        x, x_scales, handle, expert_alignment, num_worst_tokens, tuning, self._comm_stream_ptr)
+            event = self._ht_end(async_finish, (x, x_scales, recv_x, recv_x_scales))
+            return (recv_x, recv_x_scales) if x_scales is not None else recv_x, None, None, None, None, event
+        missing = [name for name, t in (("is_token_in_rank", is_token_in_rank),
+                                        ("num_tokens_per_expert", num_tokens_per_expert)) if t is None]
+        if missing:
+            raise ValueError(f"anyep: dispatch without a handle needs {', '.join(missing)} (from get_dispatch_layout)")
+        with self._ht_begin(previous_event, async_finish, allocate_on_comm_stream):
+            with torch.cuda.stream(self._comm_stream):
+                recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights, lst, handle = self._internode.dispatch(
+                    x, x_scales, topk_idx, topk_weights, is_token_in_rank, num_tokens_per_expert.numel(),
+                    expert_alignment, num_worst_tokens, tuning, self._comm_stream_ptr)
+        event = self._ht_end(async_finish, (x, x_scales, topk_idx, topk_weights, recv_x, recv_x_scales, recv_topk_idx,
+                                            recv_topk_weights))
+        return (recv_x, recv_x_scales) if x_scales is not None else recv_x, recv_topk_idx, recv_topk_weights, \
+            lst, handle, event
+
     def internode_dispatch(self, *args, **kwargs):
         """
-        High-throughput internode dispatch (deep_ep calls it from `dispatch` when ranks span nodes):
-        not implemented yet. anyep's `dispatch` serves ranks reached by direct stores (1..16 ranks,
-        NVLink or processes sharing a GPU); ranks on other hosts are part 2.
+        deep_ep's internode dispatch entry (its `dispatch` calls it when the ranks span nodes): the
+        same as `dispatch`, which picks the internode path itself on a Buffer whose ranks span nodes.
 
         Arguments:
-            args: deep_ep.Buffer.internode_dispatch's positional arguments.
-            kwargs: deep_ep.Buffer.internode_dispatch's keyword arguments.
+            args: `dispatch`'s positional arguments.
+            kwargs: `dispatch`'s keyword arguments.
+
+        Returns:
+            result: the tuple `dispatch` returns.
 
         Raises:
-            NotImplementedError: always.
+            ValueError: the Buffer's ranks are on one node (call `dispatch`), or what `dispatch` raises.
         """
-        raise NotImplementedError(f"anyep: internode high-throughput dispatch is not implemented yet ({_HT_PART2_ISSUE})")
+        if self._internode is None:
+            raise ValueError("anyep: internode_dispatch on a Buffer whose ranks are on one node; call dispatch")
+        return self.dispatch(*args, **kwargs)
 
     def internode_combine(self, *args, **kwargs):
         """
-        High-throughput internode combine (deep_ep calls it from `combine` when ranks span nodes):
-        not implemented yet (see `internode_dispatch`).
+        deep_ep's internode combine entry: the same as `combine` (see `internode_dispatch`).
 
         Arguments:
-            args: deep_ep.Buffer.internode_combine's positional arguments.
-            kwargs: deep_ep.Buffer.internode_combine's keyword arguments.
+            args: `combine`'s positional arguments.
+            kwargs: `combine`'s keyword arguments.
+
+        Returns:
+            result: the tuple `combine` returns.
 
         Raises:
-            NotImplementedError: always.
+            ValueError: the Buffer's ranks are on one node (call `combine`), or what `combine` raises.
         """
-        raise NotImplementedError(f"anyep: internode high-throughput combine is not implemented yet ({_HT_PART2_ISSUE})")
+        if self._internode is None:
+            raise ValueError("anyep: internode_combine on a Buffer whose ranks are on one node; call combine")
+        return self.combine(*args, **kwargs)
 
     # ---- low-latency mode -----------------------------------------------------------------------
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:

@@ -13,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
+#include "proxy/host_barrier.h"
+#include "py_bootstrap.h"
 #include "runtime/ht_buffer.h"
+#include "runtime/ht_net.h"
+#include "runtime/ht_topology.h"
 #include "tensor_convert.h"
 
 namespace anyep::ext {
@@ -150,9 +155,94 @@ class HTBuffer {
   std::shared_ptr<rt::HTBuffer> rt_;
 };
 
+// The internode path's rail exchange (runtime/ht_net.h). Python packs rows into the send area
+// (region() views) between begin() and send(); the int64 [nodes] row counts stay on the device.
+class HTNet {
+ public:
+  HTNet(int rank, int num_ranks, int ranks_per_node, int64_t num_bytes)
+      : rt_(std::make_shared<rt::HTNet>(rank, num_ranks, ranks_per_node, num_bytes, c10::cuda::current_device())),
+        rank_(rank),
+        num_ranks_(num_ranks) {}
+
+  void connect(py::object allgather) {
+    const auto boot = make_py_bootstrap(rank_, num_ranks_, std::move(allgather));
+    rt_->connect(*boot);
+  }
+  std::string describe_paths() const { return rt_->describe_paths(); }
+  int nodes() const { return rt_->nodes(); }
+  int ranks_per_node() const { return rt_->ranks_per_node(); }
+  bool host_staged() const { return rt_->host_staged(); }
+  void check_error() const { rt_->check_error(); }
+  void destroy() { rt_->destroy(); }
+  // The whole region as uint8 on the buffer's device (a view: valid until destroy()).
+  at::Tensor region() const {
+    return at::from_blob(rt_->region(), {static_cast<int64_t>(rt_->num_bytes())},
+                         at::TensorOptions().dtype(at::kByte).device(at::kCUDA, rt_->device()));
+  }
+  int64_t block_bytes() const { return static_cast<int64_t>(rt_->exchange().block_bytes()); }
+  int64_t send_off(int n) const { return static_cast<int64_t>(rt_->exchange().send_off(n)); }
+  int64_t header_bytes() const { return static_cast<int64_t>(ht::internode::kBlockHeaderBytes); }
+  void check_fits(int64_t rows, int64_t row_bytes, const std::string& what) const {
+    rt_->check_fits(rows, static_cast<uint64_t>(row_bytes), what.c_str());
+  }
+  void begin(uintptr_t stream) { rt_->begin(stream_or_current(stream)); }
+  void send(const at::Tensor& send_rows, const OptT& expect_rows, const at::Tensor& recv_rows, int64_t row_bytes,
+            uintptr_t stream) {
+    check_rows(send_rows, "send_rows");
+    check_rows(recv_rows, "recv_rows");
+    if (expect_rows) check_rows(*expect_rows, "expect_rows");
+    rt_->send(send_rows.data_ptr<int64_t>(), expect_rows ? expect_rows->data_ptr<int64_t>() : nullptr,
+              recv_rows.data_ptr<int64_t>(), static_cast<uint64_t>(row_bytes), stream_or_current(stream));
+  }
+  void finish(const at::Tensor& recv_rows, const at::Tensor& out, int64_t row_bytes, uintptr_t stream) {
+    check_rows(recv_rows, "recv_rows");
+    if (out.scalar_type() != at::kByte || !out.is_cuda() || !out.is_contiguous() || out.dim() != 2 ||
+        out.size(1) != row_bytes)
+      throw InvalidArgument("anyep HT internode: out must be a contiguous CUDA uint8 [rows, " +
+                            std::to_string(row_bytes) + "] tensor");
+    rt_->finish(recv_rows.data_ptr<int64_t>(), out.data_ptr<uint8_t>(), static_cast<uint64_t>(row_bytes),
+                stream_or_current(stream));
+  }
+
+ private:
+  void check_rows(const at::Tensor& t, const char* name) const {
+    if (t.scalar_type() != at::kLong || !t.is_cuda() || !t.is_contiguous() || t.numel() != rt_->nodes())
+      throw InvalidArgument(std::string("anyep HT internode: ") + name + " must be a contiguous CUDA int64 tensor of " +
+                            std::to_string(rt_->nodes()) + " elements (one per node)");
+  }
+  std::shared_ptr<rt::HTNet> rt_;
+  int rank_, num_ranks_;
+};
+
 }  // namespace
 
 void register_ht(py::module_& m) {
+  m.def("host_identity", &anyep::proxy::host_identity);
+  m.def(
+      "ht_ranks_per_node",
+      [](const std::vector<std::string>& ids) {
+        return rt::ht_ranks_per_node(ids, static_cast<int>(env::get_count("ANYEP_HT_RANKS_PER_NODE")));
+      },
+      py::arg("host_ids"));
+  py::class_<HTNet>(m, "HTNet")
+      .def(py::init<int, int, int, int64_t>(), py::arg("rank"), py::arg("num_ranks"), py::arg("ranks_per_node"),
+           py::arg("num_bytes"))
+      .def("connect", &HTNet::connect, py::arg("allgather"))
+      .def("describe_paths", &HTNet::describe_paths)
+      .def("nodes", &HTNet::nodes)
+      .def("ranks_per_node", &HTNet::ranks_per_node)
+      .def("host_staged", &HTNet::host_staged)
+      .def("check_error", &HTNet::check_error)
+      .def("destroy", &HTNet::destroy)
+      .def("region", &HTNet::region)
+      .def("block_bytes", &HTNet::block_bytes)
+      .def("send_off", &HTNet::send_off, py::arg("node"))
+      .def("header_bytes", &HTNet::header_bytes)
+      .def("check_fits", &HTNet::check_fits, py::arg("rows"), py::arg("row_bytes"), py::arg("what"))
+      .def("begin", &HTNet::begin, py::arg("stream") = 0)
+      .def("send", &HTNet::send, py::arg("send_rows"), py::arg("expect_rows"), py::arg("recv_rows"),
+           py::arg("row_bytes"), py::arg("stream") = 0)
+      .def("finish", &HTNet::finish, py::arg("recv_rows"), py::arg("out"), py::arg("row_bytes"), py::arg("stream") = 0);
   m.def("ht_size_hint", &rt::ht_size_hint, py::arg("hidden_bytes"), py::arg("num_ranks"), py::arg("num_sms"),
         py::arg("num_max_nvl_chunked_recv_tokens"));
   py::class_<HTBuffer>(m, "HTBuffer")

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "diagnostics.h"
 #include "ht_ext.h"
+#include "py_bootstrap.h"
 #include "runtime/ll_api.h"
 #include "runtime/ll_buffer.h"
 #include "tensor_convert.h"
@@ -24,6 +25,7 @@ namespace {
 using anyep::InvalidArgument;
 using anyep::ext::allocate;
 using anyep::ext::ll_trace;
+using anyep::ext::make_py_bootstrap;
 using anyep::ext::ref;
 using anyep::ext::stream_or_current;
 using anyep::runtime::LowLatencyBuffer;
@@ -53,19 +55,7 @@ class LLBuffer {
     std::vector<std::vector<uint8_t>> v;
     for (const auto& s : infos) v.emplace_back(s.begin(), s.end());
     std::unique_ptr<anyep::transport::Bootstrap> boot;
-    if (!allgather.is_none()) {
-      boot = anyep::transport::make_callback_bootstrap(
-          static_cast<uint32_t>(rt_->rank()), static_cast<uint32_t>(rt_->num_ranks()),
-          [allgather](const std::vector<uint8_t>& mine) {
-            const py::list got(allgather(py::bytes(reinterpret_cast<const char*>(mine.data()), mine.size())));
-            std::vector<std::vector<uint8_t>> all;
-            for (const auto& item : got) {
-              const std::string b = item.cast<std::string>();
-              all.emplace_back(b.begin(), b.end());
-            }
-            return all;
-          });
-    }
+    if (!allgather.is_none()) boot = make_py_bootstrap(rt_->rank(), rt_->num_ranks(), allgather);
     rt_->connect(v, boot.get());
   }
   std::string describe_paths() const { return rt_->describe_paths(); }

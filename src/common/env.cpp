@@ -41,6 +41,14 @@ const std::vector<VarInfo>& all_vars() {
       {"ANYEP_FI_STRIPING", "bytes",
        "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)",
        T::kEnum, 0, 0, "bytes|dest|rr"},
+      {"ANYEP_HT_NET_PATH", "libfabric",
+       "HT internode: the transport of the rail exchange between nodes through the proxy: libfabric (the buffer in "
+       "pinned host memory when the provider cannot register GPU memory); cuda-ipc is refused for now",
+       T::kEnum, 0, 0, "libfabric|cuda-ipc"},
+      {"ANYEP_HT_RANKS_PER_NODE", "0",
+       "HT: ranks per node; 0 detects nodes by hostname + boot id, N makes emulated nodes of N consecutive ranks "
+       "(internode mode on one machine, for tests)",
+       T::kCount, 0, 1 << 20},
       {"ANYEP_LL_CHECK_INPUTS", "0",
        "LL: 1 checks topk_idx values on the host before each call (a copy and a stream sync; skipped while capturing a "
        "CUDA graph)",

@@ -91,4 +91,59 @@ ANYEP_HD ANYEP_INLINE channel::TransferCmd credit_signal(uint32_t dst, uint32_t 
   return channel::make_signal(dst, counter, static_cast<int32_t>(chunks));
 }
 
+// ---- The rail exchange (what the internode HT path runs today) ---------------------------------
+// One exchange moves a block of rows from every rank to its rail peer on every other node, over
+// the proxy: dispatch sends each node the rows of the tokens it needs (once per node), combine
+// sends the node-reduced rows back. It is the chunk ring above with one slot per (source, call):
+//  - the sender waits until its rail peer freed the previous call's block (the credit counter
+//    reaches seq - 1: ChunkRing{1}.may_write), so its send area and the peer's receive block are
+//    free; then the kernel writes the block's header and pushes the block's WRITEs and one tail
+//    signal fenced after them (tail_signal), on the tag of the destination;
+//  - the receiver waits until the tail counter of each source reaches seq, reads the header (rows
+//    and seq, checked), copies the rows out, then returns one credit (credit_signal).
+// Counters are 64-bit running totals in the proxy's host memory: never reset, so no reset can
+// race a late signal. Region (symmetric, `bytes` per rank): [0, kExchangeHeadOff) unused control
+// space, then the send area (one block per destination node) and the receive area (one block per
+// source node), each block kBlockHeaderBytes of header followed by rows.
+inline constexpr uint64_t kExchangeHeadOff = 4096;
+inline constexpr uint64_t kBlockHeaderBytes = 16;  // int64 rows, uint64 seq
+
+struct BlockHeader {
+  int64_t rows;
+  uint64_t seq;
+};
+static_assert(sizeof(BlockHeader) == kBlockHeaderBytes, "block header is 16 bytes");
+
+struct Exchange {
+  uint64_t bytes = 0;  // the region, per rank
+  int nodes = 1;
+
+  // Bytes of one block (header included), 16-byte aligned; 0 when the region is too small.
+  ANYEP_HD ANYEP_INLINE uint64_t block_bytes() const {
+    if (bytes <= kExchangeHeadOff || nodes < 1) return 0;
+    return ((bytes - kExchangeHeadOff) / (2ull * uint64_t(nodes))) & ~uint64_t{15};
+  }
+  // Rows of `row_bytes` one block holds.
+  ANYEP_HD ANYEP_INLINE int64_t row_capacity(uint64_t row_bytes) const {
+    const uint64_t b = block_bytes();
+    return b > kBlockHeaderBytes && row_bytes > 0 ? int64_t((b - kBlockHeaderBytes) / row_bytes) : 0;
+  }
+  // The block this rank sends to node n (send area) and the block node n's rail peer writes here.
+  ANYEP_HD ANYEP_INLINE uint64_t send_off(int n) const { return kExchangeHeadOff + uint64_t(n) * block_bytes(); }
+  ANYEP_HD ANYEP_INLINE uint64_t recv_off(int n) const {
+    return kExchangeHeadOff + (uint64_t(nodes) + uint64_t(n)) * block_bytes();
+  }
+  // The region a given block size and node count needs (the inverse of block_bytes).
+  ANYEP_HD ANYEP_INLINE static uint64_t region_bytes(uint64_t rows, uint64_t row_bytes, int nodes) {
+    const uint64_t block = (kBlockHeaderBytes + rows * row_bytes + 15) & ~uint64_t{15};
+    return kExchangeHeadOff + 2ull * uint64_t(nodes) * block;
+  }
+};
+
+// Counters of the exchange (indices into the proxy's counter array, R ranks): the tail of the
+// blocks rank `src` sent here, and the credits rank `dst` returned here.
+ANYEP_HD ANYEP_INLINE uint32_t tail_counter(int src) { return static_cast<uint32_t>(src); }
+ANYEP_HD ANYEP_INLINE uint32_t credit_counter(int R, int dst) { return static_cast<uint32_t>(R + dst); }
+ANYEP_HD ANYEP_INLINE uint32_t exchange_counters(int R) { return static_cast<uint32_t>(2 * R); }
+
 }  // namespace anyep::ht::internode

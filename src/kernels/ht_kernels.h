@@ -19,6 +19,10 @@ enum ErrorCode : uint32_t {
   kErrWorstTooSmall = 35,   // num_worst_tokens (expert) < tokens received (value)
   kErrBadExpert = 36,       // topk_idx entry (expert) outside [-1, E), token `value`
   kErrCountsMismatch = 37,  // a ring delivered a range that disagrees with the notify counts
+  // The rail exchange of the internode path (expert = node, peer = its rail peer):
+  kErrNetTimeout = 38,   // waited for `peer`'s credit (value 0) or its block (value 1)
+  kErrNetOverflow = 39,  // a block of `value` rows does not fit the exchange region's block
+  kErrNetHeader = 40,    // a received block's header disagrees with the call (value: its rows)
 };
 
 // What every HT kernel knows of the buffer.
@@ -99,7 +103,33 @@ struct CombineArgs {
   float* out_topk_weights = nullptr;                    // [N, K] or null
 };
 
+// One step of the rail exchange of the internode path (ht_internode_protocol.h, "The rail
+// exchange"). Commands go through the LL proxy's rings (ll::ProxyPath: rings and host counters).
+enum class NetStep : uint8_t {
+  kWaitCredits,  // wait until every rail peer freed the previous call's block
+  kSend,         // headers, WRITEs and fenced tail signals to every rail peer; wait for their blocks
+  kCopyOut,      // copy every node's block (own: the send area) into `out`, ordered by node
+  kRelease,      // one credit to every rail peer
+};
+
+struct NetArgs {
+  ll::ProxyPath proxy{};
+  ll::ErrorRecord* err = nullptr;
+  uint8_t* local = nullptr;  // this rank's exchange region (device view)
+  bool host_mem = false;     // the region is pinned host memory (a NIC writes it)
+  int rank = 0, R = 0, ranks_per_node = 1, nodes = 1;
+  uint64_t bytes = 0;  // the region's size
+  uint64_t seq = 0;    // this exchange's number, from 1
+  uint64_t timeout_ns = 0;
+  uint64_t row_bytes = 0;                // multiple of 16
+  const int64_t* send_rows = nullptr;    // [nodes] rows of each send block (kSend)
+  const int64_t* expect_rows = nullptr;  // [nodes] rows each block must hold, or null (kSend)
+  int64_t* recv_rows = nullptr;          // [nodes] rows of each node's block here (kSend out, kCopyOut in)
+  uint8_t* out = nullptr;                // [sum recv_rows, row_bytes] (kCopyOut)
+};
+
 #if ANYEP_HAVE_GPU_RUNTIME
+cudaError_t launch_net(const NetArgs& a, NetStep step, cudaStream_t stream);
 // Zeroes the outputs and counts on `stream`, then one pass over topk_idx. No sync.
 cudaError_t launch_layout(const LayoutArgs& a, cudaStream_t stream);
 // Barrier, counts to every peer, barrier, prefix sums; channel prefix sums in other blocks.

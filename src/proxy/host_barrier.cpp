@@ -31,16 +31,6 @@ struct Header {
 constexpr size_t kHeaderBytes = 64;
 static_assert(sizeof(Header) <= kHeaderBytes, "header fits the first cache line");
 
-std::string host_identity() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  std::string id = name;
-  // Same hostname on two machines (containers) would merge them: the boot id tells them apart.
-  const std::string b = read_first_line("/proc/sys/kernel/random/boot_id");
-  if (!b.empty()) id += "/" + b;
-  return id;
-}
-
 // Ranks that are threads of one process share one mapping (one address for every rank, which
 // also lets ThreadSanitizer see the synchronization); other processes map the segment by name.
 std::mutex g_mu;
@@ -123,6 +113,16 @@ struct HostShmAccess {
 
 HostShm::~HostShm() {
   if (base_) munmap(base_, bytes_);
+}
+
+std::string host_identity() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  std::string id = name;
+  // Same hostname on two machines (containers) would merge them: the boot id tells them apart.
+  const std::string b = read_first_line("/proc/sys/kernel/random/boot_id");
+  if (!b.empty()) id += "/" + b;
+  return id;
 }
 
 std::string HostLayout::name(uint32_t r) const {

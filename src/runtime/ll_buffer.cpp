@@ -48,7 +48,7 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   bool stage_in_host = false;
   if (path_ != LLPath::kAuto && num_ranks > 1) {
     // Every peer goes through the proxy: make its endpoints now to learn where the buffer may live.
-    endpoints_ = LLProxyLink::make_endpoints(path_, rank, num_ranks, device_, proxy::Proxy::default_threads());
+    endpoints_ = ProxyLink::make_endpoints(path_, rank, num_ranks, device_, proxy::Proxy::default_threads());
     stage_in_host = !endpoints_[0]->capabilities().gpu_memory;
   }
   if (stage_in_host) {
@@ -159,15 +159,15 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
   for (const auto& v : boot.allgather({static_cast<uint8_t>(need)})) any = any || (!v.empty() && v[0]);
   if (!any) return;
   if (endpoints_.empty())
-    endpoints_ = LLProxyLink::make_endpoints(path_, rank_, num_ranks_, device_, proxy::Proxy::default_threads());
+    endpoints_ = ProxyLink::make_endpoints(path_, rank_, num_ranks_, device_, proxy::Proxy::default_threads());
   if (!host_staged() && !endpoints_[0]->capabilities().gpu_memory)
     throw Unsupported(
         "anyep LL: transport " + endpoints_[0]->capabilities().backend + "/" + endpoints_[0]->capabilities().provider +
         " cannot register GPU memory; set ANYEP_LL_PATH=proxy-libfabric to stage the buffer in pinned host memory");
-  proxy_ = std::make_unique<LLProxyLink>(num_ranks_, device_, std::move(endpoints_),
-                                         host_staged() ? host_alloc_ : local_, static_cast<uint64_t>(num_bytes_),
-                                         host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
-                                         path_ != LLPath::kAuto, shrink(), boot);
+  proxy_ = std::make_unique<ProxyLink>("LL", num_ranks_, device_, std::move(endpoints_),
+                                       host_staged() ? host_alloc_ : local_, static_cast<uint64_t>(num_bytes_),
+                                       host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
+                                       path_ != LLPath::kAuto ? 1u : 0u, shrink(), boot);
   endpoints_.clear();
 }
 
@@ -263,7 +263,7 @@ void LowLatencyBuffer::launch(ll::CombineArgs a, int phases, cudaStream_t stream
 
 void LowLatencyBuffer::clean() {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
-  // A failed proxy path cannot be cleaned (LLProxyLink::check says why): raise its error here
+  // A failed proxy path cannot be cleaned (ProxyLink::check says why): raise its error here
   // rather than zero the counters and let the next call fail with the old message.
   if (proxy_) proxy_->check();
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");

@@ -13,8 +13,8 @@
 
 #include "common/gpu_runtime.h"
 #include "kernels/ll_kernels.h"
-#include "runtime/ll_proxy_link.h"
 #include "runtime/ll_validate.h"
+#include "runtime/proxy_link.h"
 #include "transport/bootstrap/bootstrap.h"
 
 namespace anyep::runtime {
@@ -115,7 +115,7 @@ class LowLatencyBuffer {
   LLPath path_ = LLPath::kAuto;
   void* host_alloc_ = nullptr;  // host-staged buffer: its host address (local_ is its GPU view); else null
   std::vector<std::unique_ptr<transport::Transport>> endpoints_;  // made early to learn gpu_memory
-  std::unique_ptr<LLProxyLink> proxy_;
+  std::unique_ptr<ProxyLink> proxy_;
   uint8_t* local_ = nullptr;
   int32_t* ws_ = nullptr;  // scratch counters (device)
   int64_t ws_ints_ = 0;

@@ -656,8 +656,8 @@ def c_bad_input(c):
     expect_raises(ValueError, r"\bx\b", disp((x, s)))  # BF16 tokens with scales
     expect_raises(RuntimeError, r"num_nvl_bytes.*get_nvl_buffer_size_hint|get_nvl_buffer_size_hint.*num_nvl_bytes",
                   lambda: c.no_ht_buffer.get_dispatch_layout(idx, E))
-    expect_raises(NotImplementedError, r"part 2", lambda: b.internode_dispatch(x))
-    expect_raises(NotImplementedError, r"part 2", lambda: b.internode_combine(x))
+    expect_raises(ValueError, r"one node; call dispatch", lambda: b.internode_dispatch(x))
+    expect_raises(ValueError, r"one node; call combine", lambda: b.internode_combine(x))
     # A real handle, wrong combine inputs.
     recv_x, recv_idx, recv_w, _, handle, _ = b.dispatch(x, **base)
     expect_raises(ValueError, r"topk_idx", lambda: b.dispatch(x, handle=handle, topk_idx=idx))

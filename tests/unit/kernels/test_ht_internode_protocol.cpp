@@ -84,3 +84,33 @@ TEST(HtInternodeProtocol, TailSignalCarriesTheOrderedFence) {
   EXPECT_EQ(channel::cmd_flags(tail_signal(3, 17, 5, false)) & channel::cmd::kFenceOrdered, 0);
   EXPECT_EQ(channel::cmd_flags(credit_signal(1, 2, 9)) & channel::cmd::kFenceOrdered, 0);
 }
+
+// The rail exchange's region: blocks never overlap, stay inside the region and 16-byte aligned,
+// and region_bytes() is enough for the rows it was asked for.
+TEST(HtInternodeProtocol, ExchangeBlocksTileTheRegion) {
+  for (int nodes : {1, 2, 3, 8, 64})
+    for (uint64_t bytes : {uint64_t{4096 + 64}, uint64_t{1} << 20, (uint64_t{1} << 30) + 48}) {
+      const Exchange ex{bytes, nodes};
+      const uint64_t b = ex.block_bytes();
+      ASSERT_EQ(b % 16, 0u);
+      for (int n = 0; n < nodes; ++n) {
+        EXPECT_EQ(ex.send_off(n) % 16, 0u);
+        EXPECT_EQ(ex.recv_off(n), ex.send_off(nodes - 1) + b * uint64_t(n + 1));
+        EXPECT_LE(ex.recv_off(n) + b, bytes) << nodes << " nodes, " << bytes << " bytes";
+      }
+      for (uint64_t row : {uint64_t{16}, uint64_t{4240}})
+        if (const int64_t cap = ex.row_capacity(row); cap > 0) {
+          EXPECT_LE(kBlockHeaderBytes + uint64_t(cap) * row, b);
+          EXPECT_GT(kBlockHeaderBytes + uint64_t(cap + 1) * row, b);
+        }
+    }
+  for (uint64_t rows : {uint64_t{0}, uint64_t{1}, uint64_t{4096}})
+    for (int nodes : {2, 5}) {
+      const uint64_t need = Exchange::region_bytes(rows, 4240, nodes);
+      EXPECT_GE((Exchange{need, nodes}.row_capacity(4240)), int64_t(rows)) << rows << " rows, " << nodes << " nodes";
+    }
+  EXPECT_EQ((Exchange{4096, 2}.block_bytes()), 0u);  // no room past the control space
+  EXPECT_EQ(tail_counter(3), 3u);
+  EXPECT_EQ(credit_counter(8, 3), 11u);
+  EXPECT_EQ(exchange_counters(8), 16u);
+}
