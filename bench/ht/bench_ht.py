@@ -2,7 +2,10 @@
 dispatcher measured in the same run when every rank has a GPU of its own.
 
   python bench/ht/bench_ht.py [--processes N] [--tokens 4096 --hidden 7168 --topk 8 --experts 256]
-                              [--sms 24] [--sweep 4,8,...,64] [--json out.json]
+                              [--sms 24] [--sweep 4,8,...,64] [--json out.json] [--rdma-bytes B]
+
+With ANYEP_HT_RANKS_PER_NODE=1 (and --rdma-bytes) the same run times the internode path
+(docs/ht.md, "Internode") with each process as its own node.
 
 Shape and counting follow DeepEP's tests/test_intranode.py (commit 567632d): routing from
 `topk(|randn| + 1)`; the timed calls are cached dispatches (the handle of a first dispatch) of BF16
@@ -126,7 +129,11 @@ def run(rank, world, ngpus, port, args):
     sms_list = sorted(set([args.sms] + args.sweep))
     hint = max(Config(s, c, args.ring).get_nvl_buffer_size_hint(H * 2, world)
                for s in sms_list for c in (dchunk, cchunk))
-    buf = B(dist.group.WORLD, hint, explicitly_destroy=True)
+    # num_rdma_bytes: the internode path's exchange region (ranks on several nodes, or
+    # ANYEP_HT_RANKS_PER_NODE emulating them); unused on one node.
+    buf = B(dist.group.WORLD, hint, args.rdma_bytes, explicitly_destroy=True)
+    if rank == 0:
+        print(f"paths: {buf.describe_paths()}", flush=True)
     try:
         torch.manual_seed(rank)
         x = torch.randn(T, H, dtype=torch.bfloat16, device="cuda")
@@ -249,6 +256,8 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--no-nccl", action="store_true", help="skip the NCCL baseline")
+    p.add_argument("--rdma-bytes", type=int, default=0,
+                   help="num_rdma_bytes: the internode exchange region (needed when the ranks span nodes)")
     p.add_argument("--json", default="", help="write the results here")
     p.add_argument("--timeout", type=float, default=float(os.environ.get("ANYEP_BENCH_TIMEOUT_S", "500")))
     args = p.parse_args()

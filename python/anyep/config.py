@@ -68,10 +68,10 @@ class Config:
     def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
         """
         Compute the RDMA buffer size of DeepEP's internode high-throughput path: send and receive
-        rings per (channel, node), nodes of 8 ranks. anyep has no internode high-throughput path yet
-        (it is part 2 of the high-throughput mode), so nothing allocates this size: it is kept so
-        that code sizing DeepEP's buffers runs; the intranode mode needs only
-        `get_nvl_buffer_size_hint`.
+        rings per (channel, node), nodes of 8 ranks (DeepEP's formula, kept so that code sizing
+        DeepEP's buffers runs). anyep's internode path (docs/ht.md, "Internode") uses
+        `num_rdma_bytes` for its rail exchange, whose need grows with the tokens per call rather
+        than with the rings: a call that does not fit raises ValueError naming the size it needs.
 
         Arguments:
             hidden_bytes: the bytes of one token's hidden vector.

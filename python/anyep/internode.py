@@ -75,10 +75,11 @@ class Internode:
         self.net.begin(stream)
         if rows.size(0) > 0:
             self._send_view(row_bytes)[node, pos] = rows
-        recv_rows = torch.empty(self.nodes, dtype=torch.int64, device=rows.device)
+        recv_rows = torch.zeros(self.nodes, dtype=torch.int64, device=rows.device)
         self.net.send(send_rows, expect_rows, recv_rows, row_bytes, stream)
         if total is None:
             total = int(recv_rows.sum().item())  # the host waits for the rail peers' counts
+            self.net.check_error()  # a peer that did not send: its TimeoutError, not a count of 0
         out = torch.empty((total, row_bytes), dtype=torch.uint8, device=rows.device)
         self.net.finish(recv_rows, out, row_bytes, stream)
         return out, recv_rows

@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(kNetThreads) net_kernel(NetArgs a, NetStep ste
     return;
   }
   if (step == NetStep::kRelease) {
-    if (n != me) push(a, tag, in::credit_signal(static_cast<uint32_t>(peer), in::credit_counter(a.R, a.rank), 1), n, peer);
+    if (n != me)
+      push(a, tag, in::credit_signal(static_cast<uint32_t>(peer), in::credit_counter(a.R, a.rank), 1), n, peer);
     return;
   }
   // kSend.

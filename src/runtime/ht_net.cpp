@@ -40,8 +40,9 @@ HTNet::HTNet(int rank, int num_ranks, int ranks_per_node, int64_t num_bytes, int
   if (path_ == LLPath::kProxyCudaIpc)
     // On one H200 (2026-11-26) a block written over cuda-ipc never reached its receiver's ordering
     // engine (kFenceOrdered after a large WRITE); refuse it until that is understood.
-    throw Unsupported("anyep HT internode: ANYEP_HT_NET_PATH=cuda-ipc is not supported yet (the rail exchange "
-                      "lost a block over it in device tests); use libfabric (e.g. ANYEP_FI_PROVIDER=shm on one machine)");
+    throw Unsupported(
+        "anyep HT internode: ANYEP_HT_NET_PATH=cuda-ipc is not supported yet (the rail exchange "
+        "lost a block over it in device tests); use libfabric (e.g. ANYEP_FI_PROVIDER=shm on one machine)");
   if (device < 0) {
     cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
   } else {
@@ -101,11 +102,10 @@ void HTNet::connect(transport::Bootstrap& boot) {
     throw InvalidArgument("anyep HT internode connect: bootstrap is rank " + std::to_string(boot.rank()) + " of " +
                           std::to_string(boot.size()) + ", the buffer rank " + std::to_string(rank_) + " of " +
                           std::to_string(num_ranks_));
-  link_ = std::make_unique<ProxyLink>("HT", num_ranks_, device_, std::move(endpoints_),
-                                      host_staged() ? host_alloc_ : static_cast<void*>(local_),
-                                      static_cast<uint64_t>(num_bytes_),
-                                      host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
-                                      static_cast<uint32_t>(ranks_per_node_), false, boot);
+  link_ = std::make_unique<ProxyLink>(
+      "HT", num_ranks_, device_, std::move(endpoints_), host_staged() ? host_alloc_ : static_cast<void*>(local_),
+      static_cast<uint64_t>(num_bytes_), host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
+      static_cast<uint32_t>(ranks_per_node_), false, boot);
   endpoints_.clear();
 }
 

@@ -115,7 +115,42 @@ def c_describe_paths(c):
     assert "rail exchange" in d and f"{c.world // c.k} nodes of {c.k}" in d, d
 
 
-ALL_CHECKS = [c_describe_paths, c_bf16, c_fp8_scales, c_top1_two_bias, c_back_to_back]
+def c_stalled_node(c):
+    """Only node 0 dispatches: its ranks give up after ANYEP_TIMEOUT_S=2 with a TimeoutError naming
+    their rail peer on the silent node. Run last, on its own buffer (a timed-out exchange is not
+    reused)."""
+    import deep_ep
+    saved = os.environ.get("ANYEP_TIMEOUT_S")
+    os.environ["ANYEP_TIMEOUT_S"] = "2"
+    try:
+        buf = deep_ep.Buffer(dist.group.WORLD, NVL_BYTES, RDMA_BYTES, explicitly_destroy=True)
+    finally:
+        os.environ["ANYEP_TIMEOUT_S"] = saved if saved is not None else "20"
+    try:
+        if c.rank < c.k:
+            E = 2 * c.world
+            idx = torch.tensor([[r * 2] for r in range(c.world)] * 4, dtype=torch.int64, device="cuda")
+            x = torch.ones(idx.size(0), HIDDEN, dtype=torch.bfloat16, device="cuda")
+            pr, _, pe, ir, _ = buf.get_dispatch_layout(idx, E)
+            t0 = time.time()
+            err = None
+            try:
+                buf.dispatch(x, num_tokens_per_rank=pr, is_token_in_rank=ir, num_tokens_per_expert=pe, topk_idx=idx,
+                             topk_weights=torch.ones(idx.shape, device="cuda"))
+                wait_gpu()
+                buf.check_async_error()
+            except TimeoutError as e:
+                err = e
+            assert err is not None, "a dispatch with a silent node did not time out"
+            assert time.time() - t0 < 60, f"the timeout took {time.time() - t0:.0f} s"
+            peer = c.k + c.rank  # the rail peer on node 1
+            assert f"rank {peer}" in str(err), f"the timeout does not name rank {peer}: {err}"
+        dist.barrier()
+    finally:
+        buf.destroy()
+
+
+ALL_CHECKS = [c_describe_paths, c_bf16, c_fp8_scales, c_top1_two_bias, c_back_to_back, c_stalled_node]
 CHECKS = select_checks(ALL_CHECKS, "ANYEP_TEST_HT_CHECKS")
 
 

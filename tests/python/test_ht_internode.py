@@ -33,6 +33,7 @@ WORLDS = {
     "4proc_1gpu_2x2_shm_chaos": (4, 1, {**SHM, **CHAOS, "ANYEP_HT_RANKS_PER_NODE": "2"}),
     "4proc_1gpu_2x2_shm": (4, 1, {**SHM, "ANYEP_HT_RANKS_PER_NODE": "2"}),
     "2proc_2gpu_2nodes_shm": (2, 2, {**SHM, "ANYEP_HT_RANKS_PER_NODE": "1"}),
+    "4proc_2gpu_2x2_shm_chaos": (4, 2, {**SHM, **CHAOS, "ANYEP_HT_RANKS_PER_NODE": "2"}),
 }
 
 _cache = {}

@@ -26,10 +26,10 @@ TEST(HtTopology, OverrideSplitsOneHostIntoEmulatedNodes) {
 
 TEST(HtTopology, RefusesUnequalOrInterleavedNodesNamingTheRank) {
   const std::vector<std::vector<std::string>> bad = {
-      {"a", "a", "b"},            // unequal sizes
-      {"a", "b", "a", "b"},       // interleaved
-      {"a", "a", "b", "c"},       // second node split
-      {"a", "b", "b", "a"},       // first node not consecutive
+      {"a", "a", "b"},       // unequal sizes
+      {"a", "b", "a", "b"},  // interleaved
+      {"a", "a", "b", "c"},  // second node split
+      {"a", "b", "b", "a"},  // first node not consecutive
   };
   for (const auto& ids : bad) {
     try {
