@@ -46,9 +46,18 @@ sys.path.insert(0, os.path.join(os.path.abspath(os.environ.get("ANYEP_BUILD_DIR"
 FP8_FACTOR = (1 + 4 / 128) / 2  # DeepEP's: FP8 bytes per BF16 byte, scales included
 
 
+def wait_stream():
+    """Wait for the current stream by polling an event: a blocking CUDA call would stall the
+    cuda-ipc transport's copies, which the proxy threads submit through the CUDA runtime (docs/ll.md)."""
+    ev = torch.cuda.Event()
+    ev.record()
+    while not ev.query():
+        time.sleep(0)
+
+
 def time_calls(fn, warmup, iters):
     """DeepEP's tests' bench(): warm-up, L2 flush, per-call CUDA events; mean without the first."""
-    torch.cuda.synchronize()
+    wait_stream()
     cache = torch.empty(int(256e6 // 4), dtype=torch.int, device="cuda")
     for _ in range(warmup):
         fn()
@@ -59,7 +68,7 @@ def time_calls(fn, warmup, iters):
         s.record()
         fn()
         e.record()
-    torch.cuda.synchronize()
+    wait_stream()
     times = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)][1:]
     return sum(times) / len(times)
 

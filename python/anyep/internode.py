@@ -12,6 +12,7 @@ rows in float and rounds to BF16 once.
 Rows of the rail exchange are bytes: Python packs tokens into them here; the exchange never knows
 what a row holds.
 """
+import time
 from typing import List, NamedTuple, Optional
 
 import torch
@@ -21,6 +22,20 @@ _ROW_ALIGN = 16  # the exchange moves rows in 16-byte units
 
 def _pad16(n: int) -> int:
     return (n + _ROW_ALIGN - 1) // _ROW_ALIGN * _ROW_ALIGN
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """`t` on the host once the current stream reaches it, waiting by polling an event: a host
+    thread blocked in a synchronous CUDA call would stall the CUDA calls of this process's proxy
+    threads (the cuda-ipc transport's copies; docs/ll.md), and the kernels wait for those. Every
+    kernel wait ends within ANYEP_TIMEOUT_S, so this loop does too."""
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    out.copy_(t, non_blocking=True)
+    ev = torch.cuda.Event()
+    ev.record()
+    while not ev.query():
+        time.sleep(0)
+    return out
 
 
 def _bytes_of(t: torch.Tensor) -> torch.Tensor:
@@ -69,32 +84,34 @@ class Internode:
     def _exchange(self, rows: torch.Tensor, node: torch.Tensor, pos: torch.Tensor, send_rows: torch.Tensor,
                   expect_rows: Optional[torch.Tensor], total: Optional[int], stream: int):
         """Send row i of `rows` (uint8 [P, row_bytes]) to node node[i] at position pos[i]; returns
-        the rows every node sent here (node by node, this node's own block first in its place) and
-        their count per node (device). `total`: the rows expected, or None to wait for the counts."""
+        the rows every node sent here (node by node, this node's own block first in its place),
+        their count per node (device) and, when `total` is None (wait for the counts), on the host."""
         row_bytes = rows.size(1)
         self.net.begin(stream)
         if rows.size(0) > 0:
             self._send_view(row_bytes)[node, pos] = rows
         recv_rows = torch.zeros(self.nodes, dtype=torch.int64, device=rows.device)
         self.net.send(send_rows, expect_rows, recv_rows, row_bytes, stream)
+        recv_host = None
         if total is None:
-            total = int(recv_rows.sum().item())  # the host waits for the rail peers' counts
+            recv_host = _to_host(recv_rows)  # the host waits for the rail peers' counts
             self.net.check_error()  # a peer that did not send: its TimeoutError, not a count of 0
+            total = int(recv_host.sum())
         out = torch.empty((total, row_bytes), dtype=torch.uint8, device=rows.device)
         self.net.finish(recv_rows, out, row_bytes, stream)
-        return out, recv_rows
+        return out, recv_rows, recv_host
 
     # ---- layout -------------------------------------------------------------------------------
     def layout(self, topk_idx: torch.Tensor, num_experts: int):
         """get_dispatch_layout over all ranks: (num_tokens_per_rank, num_tokens_per_rdma_rank,
-        num_tokens_per_expert, is_token_in_rank). Torch ops on the current stream; one host check
-        that every expert index is in range."""
+        num_tokens_per_expert, is_token_in_rank). Torch ops on the current stream; one host wait
+        (event polling) checks that every expert index is in range."""
         if topk_idx.dtype != torch.int64 or topk_idx.dim() != 2 or not topk_idx.is_cuda:
             raise ValueError("anyep: topk_idx must be a CUDA torch.int64 [num_tokens, num_topk] tensor, got "
                              f"{topk_idx.dtype} {tuple(topk_idx.shape)} on {topk_idx.device}")
         if num_experts <= 0 or num_experts % self.R != 0:
             raise ValueError(f"anyep: num_experts={num_experts} must be a positive multiple of the {self.R} ranks")
-        if topk_idx.numel() > 0 and bool(((topk_idx < -1) | (topk_idx >= num_experts)).any()):
+        if topk_idx.numel() > 0 and bool(_to_host(((topk_idx < -1) | (topk_idx >= num_experts)).any())):
             raise ValueError(f"anyep: topk_idx holds an expert outside [-1, {num_experts})")
         n = topk_idx.size(0)
         L = num_experts // self.R
@@ -138,13 +155,16 @@ class Internode:
         # Each token once per node that hosts one of its experts (the dedup across a node).
         in_node = is_token_in_rank.view(n, self.nodes, self.k).any(2)
         send_rows = in_node.sum(0, dtype=torch.int64)
-        pairs = in_node.t().nonzero()  # (node, token), node by node: the blocks' order
+        send_host = _to_host(send_rows)
+        self.net.check_fits(int(send_host.max()), rows.size(1), "dispatch")
+        # (node, token) pairs, node by node: the blocks' order (a static size: no blocking copy).
+        pairs = torch.nonzero_static(in_node.t(), size=int(send_host.sum()))
         pairs_node, pairs_token = pairs[:, 0].contiguous(), pairs[:, 1].contiguous()
         starts = torch.cumsum(send_rows, 0) - send_rows
         pairs_pos = torch.arange(pairs.size(0), device=dev) - starts[pairs_node]
-        self.net.check_fits(int(send_rows.max().item()) if n > 0 else 0, rows.size(1), "dispatch")
-        got, recv_rows = self._exchange(rows[pairs_token], pairs_node, pairs_pos, send_rows, None, None, stream)
-        recv_rows_host = recv_rows.tolist()
+        got, recv_rows, recv_host = self._exchange(rows[pairs_token], pairs_node, pairs_pos, send_rows, None, None,
+                                                   stream)
+        recv_rows_host = recv_host.tolist()
         # Unpack what this rank forwards inside its node.
         cols, off = [], 0
         for w in widths:
@@ -183,8 +203,8 @@ class Internode:
             parts.append(torch.zeros(x.size(0), _pad16(row) - row, dtype=torch.uint8, device=x.device))
         rows = torch.cat(parts, 1)
         self.net.check_fits(max(handle.recv_rows_host + [0]), rows.size(1), "cached dispatch")
-        got, _ = self._exchange(rows[handle.pairs_token], handle.pairs_node, handle.pairs_pos, handle.send_rows,
-                                handle.recv_rows, sum(handle.recv_rows_host), stream)
+        got, _, _ = self._exchange(rows[handle.pairs_token], handle.pairs_node, handle.pairs_pos, handle.send_rows,
+                                   handle.recv_rows, sum(handle.recv_rows_host), stream)
         m1 = got.size(0)
         x1 = got[:, :widths[0]].contiguous().view(x.dtype).reshape(m1, x.size(1))
         s1 = None
@@ -218,7 +238,7 @@ class Internode:
         starts = torch.cumsum(counts, 0) - counts
         pos1 = torch.arange(m1, device=y1.device) - starts[node1]
         self.net.check_fits(max(handle.recv_rows_host + [0]), rows.size(1), "combine")
-        back, _ = self._exchange(rows, node1, pos1, counts, handle.send_rows, handle.pairs_token.size(0), stream)
+        back, _, _ = self._exchange(rows, node1, pos1, counts, handle.send_rows, handle.pairs_token.size(0), stream)
         # Home: the nodes' rows in float, summed per token, rounded once.
         out = torch.zeros(n, hidden, dtype=torch.float32, device=y1.device)
         bx = back[:, :2 * hidden].contiguous().view(torch.bfloat16).reshape(-1, hidden)

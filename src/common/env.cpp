@@ -43,7 +43,8 @@ const std::vector<VarInfo>& all_vars() {
        T::kEnum, 0, 0, "bytes|dest|rr"},
       {"ANYEP_HT_NET_PATH", "libfabric",
        "HT internode: the transport of the rail exchange between nodes through the proxy: libfabric (the buffer in "
-       "pinned host memory when the provider cannot register GPU memory); cuda-ipc is refused for now",
+       "pinned host memory when the provider cannot register GPU memory); cuda-ipc is refused (its copies stall "
+       "behind the process's blocking CUDA calls)",
        T::kEnum, 0, 0, "libfabric|cuda-ipc"},
       {"ANYEP_HT_RANKS_PER_NODE", "0",
        "HT: ranks per node; 0 detects nodes by hostname + boot id, N makes emulated nodes of N consecutive ranks "

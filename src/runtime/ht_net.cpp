@@ -38,11 +38,13 @@ HTNet::HTNet(int rank, int num_ranks, int ranks_per_node, int64_t num_bytes, int
     throw InvalidArgument("anyep HT internode: num_rdma_bytes=" + to_string(num_bytes) +
                           " exceeds the 64 GiB a proxy command can address");
   if (path_ == LLPath::kProxyCudaIpc)
-    // On one H200 (2026-11-26) a block written over cuda-ipc never reached its receiver's ordering
-    // engine (kFenceOrdered after a large WRITE); refuse it until that is understood.
+    // The cuda-ipc transport's proxy threads submit copies through this process's CUDA runtime;
+    // they stall while the process makes a blocking CUDA call (docs/ll.md), and this path's host
+    // steps (allocations, pinned copies) make such calls while an exchange is in flight.
     throw Unsupported(
-        "anyep HT internode: ANYEP_HT_NET_PATH=cuda-ipc is not supported yet (the rail exchange "
-        "lost a block over it in device tests); use libfabric (e.g. ANYEP_FI_PROVIDER=shm on one machine)");
+        "anyep HT internode: ANYEP_HT_NET_PATH=cuda-ipc is not supported: its copies stall while the "
+        "process makes blocking CUDA calls, which the internode path's host steps do (device tests, "
+        "2026-11-26: a block never landed); use libfabric (ANYEP_FI_PROVIDER=shm on one machine)");
   if (device < 0) {
     cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
   } else {

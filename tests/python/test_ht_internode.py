@@ -1,8 +1,7 @@
 """Device tests of the internode HT path (pytest): processes on one machine as emulated nodes
 (ANYEP_HT_RANKS_PER_NODE), the rail exchange over the proxy on libfabric shm (the exchange
-region host-staged), with and without the chaos transport reordering deliveries. (cuda-ipc is
-refused for now: ANYEP_HT_NET_PATH in docs/environment.md.) Skips, saying why,
-as test_ht.py does."""
+region host-staged), with and without the chaos transport reordering deliveries (cuda-ipc is
+refused: ANYEP_HT_NET_PATH in docs/environment.md). Skips, saying why, as test_ht.py does."""
 import os
 import sys
 
@@ -25,6 +24,7 @@ import ht_internode_harness as harness  # noqa: E402
 CHECK_NAMES = [c.__name__ for c in harness.CHECKS]
 SHM = {"ANYEP_HT_NET_PATH": "libfabric", "ANYEP_FI_PROVIDER": "shm", "FI_TCP_IFACE": "lo"}
 CHAOS = {"ANYEP_CHAOS_SEED": "7"}
+
 
 # name: (processes, GPUs, environment). Rank r runs on GPU r % GPUs.
 WORLDS = {
