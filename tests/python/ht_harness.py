@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ll_harness import Ctx as LLCtx
-from ll_harness import Progress, poison_like, select_checks, wait_gpu
+from ll_harness import Progress, poison_like, run_check, select_checks, wait_gpu
 from ll_harness import timeout_selected as ll_timeout_selected
 
 FP8_MAX = 448.0
@@ -792,16 +792,7 @@ def worker(rank, world, ngpus, port, queue, env=None):
         ctx = HTCtx(rank, world, buf, anyep)
         ctx.no_ht_buffer = anyep.Buffer(dist.group.WORLD, 0, 0)  # neither region: HT calls must refuse
         for check in CHECKS:
-            t0 = time.time()
-            try:
-                check(ctx)
-                wait_gpu()
-                buf.check_async_error()
-                results[check.__name__] = "ok"
-            except Exception:
-                results[check.__name__] = traceback.format_exc()
-            progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} "
-                     f"({time.time() - t0:.1f} s)")
+            run_check(check, ctx, buf, progress, results)
             settle(buf, progress)
         if timeout_selected():
             t0 = time.time()

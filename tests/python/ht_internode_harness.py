@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 
 from ht_harness import (as_bf16, cat_sent, combine_reference, expert_out, in_rank_of, make_inputs, rank_scale,
-                        same_sent, sent_rows, tokens_of)
-from ll_harness import Progress, select_checks, wait_gpu
+                        same_sent, sent_rows)
+from ll_harness import Progress, run_check, select_checks, wait_gpu
 
 HIDDEN = 2048
 NVL_BYTES = 256 << 20
@@ -178,16 +178,7 @@ def worker(rank, world, ngpus, port, queue, env=None):
         progress(f"internode HT buffer on GPU {rank % ngpus}: {buf.describe_paths()}")
         ctx = Ctx(rank, world, k, buf)
         for check in CHECKS:
-            t0 = time.time()
-            try:
-                check(ctx)
-                wait_gpu()
-                buf.check_async_error()
-                results[check.__name__] = "ok"
-            except Exception:
-                results[check.__name__] = traceback.format_exc()
-            progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} "
-                     f"({time.time() - t0:.1f} s)")
+            run_check(check, ctx, buf, progress, results)
             dist.barrier()
         buf.destroy()
         dist.destroy_process_group()

@@ -677,6 +677,21 @@ ALL_CHECKS = [c_bad_input, c_bf16_random, c_fp8_float_scales, c_fp8_ue8m0, c_rec
               c_dead_rank_clean, c_200_iterations, c_deepep_shape]
 
 
+def run_check(check, ctx, buf, progress, results):
+    """Run check(ctx), wait for the GPU and raise a device error it left; record "ok" or the
+    traceback under the check's name in `results` and log the outcome with its time (the HT
+    harnesses use it too)."""
+    t0 = time.time()
+    try:
+        check(ctx)
+        wait_gpu()
+        buf.check_async_error()
+        results[check.__name__] = "ok"
+    except Exception:
+        results[check.__name__] = traceback.format_exc()
+    progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} ({time.time() - t0:.1f} s)")
+
+
 def select_checks(all_checks, env_name):
     """`env_name`=name,name,... runs only those checks (a short device run); unset: all of
     `all_checks`. c_timeout is named that way too (timeout_selected). Shared with ht_harness."""
@@ -890,16 +905,7 @@ def worker(rank, world, ngpus, port, queue, env=None, events=None):
             for check in KILLED_CHECKS:
                 progress(f"{check}: {'ok' if results[check] == 'ok' else 'FAILED'}")
         for check in [] if victim else CHECKS:
-            t0 = time.time()
-            try:
-                check(ctx)
-                wait_gpu()
-                buf.check_async_error()
-                results[check.__name__] = "ok"
-            except Exception:
-                results[check.__name__] = traceback.format_exc()
-            progress(f"{check.__name__}: {'ok' if results[check.__name__] == 'ok' else 'FAILED'} "
-                     f"({time.time() - t0:.1f} s)")
+            run_check(check, ctx, buf, progress, results)
             settle(buf, progress)
         if not victim and timeout_selected():
             t0 = time.time()

@@ -17,7 +17,7 @@ if os.path.isdir(_BUILD_PY):
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
-from test_ll import REASON, run_processes  # noqa: E402  (the same skip rules and process runner)
+from test_ll import REASON, assert_check_passed, run_processes  # noqa: E402  (the same skip rules and process runner)
 
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
@@ -54,14 +54,4 @@ def test_ht(world, check):
         pytest.skip(f"{world} needs {ngpus} GPUs, {visible} visible")
     if check == "c_timeout" and nranks == 1:
         pytest.skip("a timeout needs a silent peer (2 or more ranks)")
-    results = run_world(world)
-    failures = []
-    for rank in sorted(results):
-        res = results[rank]
-        if "setup" in res:
-            failures.append(f"rank {rank} setup failed:\n{res['setup']}")
-        elif res.get(check) != "ok":
-            failures.append(f"rank {rank}:\n{res.get(check, 'did not run')}")
-    if len(results) < nranks:
-        failures.append(f"only {len(results)} of {nranks} ranks reported")
-    assert not failures, "\n".join(failures)
+    assert_check_passed(run_world(world), check, nranks)

@@ -15,7 +15,7 @@ if os.path.isdir(_BUILD_PY):
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
-from test_ll import REASON, run_processes  # noqa: E402
+from test_ll import REASON, assert_check_passed, run_processes  # noqa: E402
 
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
@@ -53,14 +53,4 @@ def test_ht_internode(world, check):
     visible = torch.cuda.device_count()
     if visible < ngpus:
         pytest.skip(f"{world} needs {ngpus} GPUs, {visible} visible")
-    results = run_world(world)
-    failures = []
-    for rank in sorted(results):
-        res = results[rank]
-        if "setup" in res:
-            failures.append(f"rank {rank} setup failed:\n{res['setup']}")
-        elif res.get(check) != "ok":
-            failures.append(f"rank {rank}:\n{res.get(check, 'did not run')}")
-    if len(results) < nranks:
-        failures.append(f"only {len(results)} of {nranks} ranks reported")
-    assert not failures, "\n".join(failures)
+    assert_check_passed(run_world(world), check, nranks)

@@ -182,6 +182,21 @@ def run_processes(worker, world, ngpus, env, exits=None):
     return results
 
 
+def assert_check_passed(results, check, nranks):
+    """Fail, quoting each rank's failure, unless every one of `nranks` ranks reported `check` ok
+    (test_ht.py and test_ht_internode.py use it too)."""
+    failures = []
+    for rank in sorted(results):
+        res = results[rank]
+        if "setup" in res:
+            failures.append(f"rank {rank} setup failed:\n{res['setup']}")
+        elif res.get(check) != "ok":
+            failures.append(f"rank {rank}:\n{res.get(check, 'did not run')}")
+    if len(results) < nranks:
+        failures.append(f"only {len(results)} of {nranks} ranks reported")
+    assert not failures, "\n".join(failures)
+
+
 @pytest.mark.parametrize("world", list(WORLDS))
 @pytest.mark.parametrize("check", CHECK_NAMES)
 def test_ll(world, check):
@@ -191,17 +206,7 @@ def test_ll(world, check):
         pytest.skip(f"{world} needs {ngpus} GPUs, {visible} visible")
     if check in ("c_timeout", "c_dead_rank", "c_dead_rank_clean") and nranks == 1:
         pytest.skip("a timeout needs a silent peer (2 or more ranks)")
-    results = run_world(world)
-    failures = []
-    for rank in sorted(results):
-        res = results[rank]
-        if "setup" in res:
-            failures.append(f"rank {rank} setup failed:\n{res['setup']}")
-        elif res.get(check) != "ok":
-            failures.append(f"rank {rank}:\n{res.get(check, 'did not run')}")
-    if len(results) < WORLDS[world][0]:
-        failures.append(f"only {len(results)} of {WORLDS[world][0]} ranks reported")
-    assert not failures, "\n".join(failures)
+    assert_check_passed(run_world(world), check, WORLDS[world][0])
 
 
 @pytest.mark.parametrize("world", list(KILLED_WORLDS))
