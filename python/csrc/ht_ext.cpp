@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/env.h"
-#include "proxy/host_barrier.h"
+#include "common/host_identity.h"
 #include "py_bootstrap.h"
 #include "runtime/ht_buffer.h"
 #include "runtime/ht_net.h"
@@ -217,7 +217,7 @@ class HTNet {
 }  // namespace
 
 void register_ht(py::module_& m) {
-  m.def("host_identity", &anyep::proxy::host_identity);
+  m.def("host_identity", &anyep::host_identity);
   m.def(
       "ht_ranks_per_node",
       [](const std::vector<std::string>& ids) {

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "common/host_identity.h"
 #include "common/read_line.h"
 
 namespace anyep::proxy {
@@ -113,16 +114,6 @@ struct HostShmAccess {
 
 HostShm::~HostShm() {
   if (base_) munmap(base_, bytes_);
-}
-
-std::string host_identity() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  std::string id = name;
-  // Same hostname on two machines (containers) would merge them: the boot id tells them apart.
-  const std::string b = read_first_line("/proc/sys/kernel/random/boot_id");
-  if (!b.empty()) id += "/" + b;
-  return id;
 }
 
 std::string HostLayout::name(uint32_t r) const {

@@ -76,7 +76,4 @@ struct Hosts {
 // [kN, (k+1)N) form host k (must agree on every rank).
 Hosts setup_hosts(transport::Bootstrap& boot, uint32_t ranks_per_host, uint32_t num_threads);
 
-// This machine's identity: hostname, then the kernel's boot id (containers may share a hostname).
-std::string host_identity();
-
 }  // namespace anyep::proxy

@@ -276,3 +276,20 @@ TEST(CApiGroupMp, DestroyWithARankGoneFailsNamingItAndStillFrees) {
 }
 
 }  // namespace
+
+// Ranks on several nodes (here emulated: ANYEP_HT_RANKS_PER_NODE=1) are refused by the C API's
+// HT mode on every rank, saying where the internode path is.
+TEST(CApiGroupMp, HtGroupAcrossNodesIsRefusedOnEveryRank) {
+  auto res = run_ranks(
+      2,
+      [](Rank& r) {
+        ::setenv("ANYEP_HT_RANKS_PER_NODE", "1", 1);
+        anyep_config_t c = tcp_config(r);
+        c.mode = ANYEP_MODE_HT;
+        anyep_group_t g = nullptr;
+        expect_refusal(anyep_group_create(&c, &g), anyepUnsupported, "the 2 ranks form 2 nodes of 1");
+        ANYEP_MP_CHECK(g == nullptr, "a refused group_create left a group");
+      },
+      no_bootstrap());
+  EXPECT_TRUE(res.ok()) << res.summary();
+}
