@@ -27,9 +27,7 @@ __device__ bool wait_total(const unsigned long long* c, uint64_t want, uint64_t 
 }
 
 __device__ void push(const NetArgs& a, uint32_t tag, const channel::TransferCmd& cmd, int node, int peer) {
-  const channel::RingHandle& ring = a.proxy.rings[tag % static_cast<uint32_t>(a.proxy.num_rings)];
-  if (ring.push(cmd) == channel::kPushFailed)
-    dev::report(a.err, ll::kErrRingTimeout, a.rank, node, peer, static_cast<int>(ring.ring_id));
+  ll::dev::push_cmd(a.proxy, a.err, a.rank, tag, cmd, node, peer);
 }
 
 __global__ void __launch_bounds__(kNetThreads) net_kernel(NetArgs a, NetStep step) {
@@ -82,8 +80,8 @@ __global__ void __launch_bounds__(kNetThreads) net_kernel(NetArgs a, NetStep ste
     return;
   }
   const in::BlockHeader* r = reinterpret_cast<const in::BlockHeader*>(a.local + ex.recv_off(n));
-  const int64_t got = a.host_mem ? port::load_uncached(&r->rows) : port::load_l2(&r->rows);
-  const uint64_t seq = a.host_mem ? port::load_uncached(&r->seq) : port::load_l2(&r->seq);
+  const int64_t got = ll::dev::ld_recv(&r->rows, a.host_mem);
+  const uint64_t seq = ll::dev::ld_recv(&r->seq, a.host_mem);
   const bool bad = seq != a.seq || got < 0 || got > ex.row_capacity(a.row_bytes) ||
                    (a.expect_rows != nullptr && got != a.expect_rows[n]);
   if (bad) dev::report(a.err, kErrNetHeader, a.rank, n, peer, static_cast<int>(got));
@@ -108,10 +106,8 @@ __global__ void __launch_bounds__(256) copy_out_kernel(NetArgs a) {
     while (s_first[n + 1] <= row) ++n;
     const uint64_t in_block = (uint64_t(row - s_first[n])) * a.row_bytes + (u % units_per_row) * 16;
     const uint8_t* src = a.local + (n == me ? ex.send_off(n) : ex.recv_off(n)) + in::kBlockHeaderBytes + in_block;
-    // A NIC wrote host memory behind the GPU's caches: read past them; a peer's copy engine wrote
-    // device memory: L2 is coherent with it.
-    const uint4 v = a.host_mem ? port::load_uncached(reinterpret_cast<const uint4*>(src))
-                               : port::load_l2(reinterpret_cast<const uint4*>(src));
+    // A NIC wrote host memory behind the GPU's caches, a peer's copy engine device memory (ld_recv).
+    const uint4 v = ll::dev::ld_recv(reinterpret_cast<const uint4*>(src), a.host_mem);
     port::store16(a.out + u * 16, v);
   }
 }

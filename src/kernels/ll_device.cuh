@@ -122,10 +122,15 @@ __device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) 
 
 // Push one proxy command into the ring of its fence group (see ProxyPath). A push that times out
 // has filled the ring's error record (the runtime raises it); report it here too so waits end.
-__device__ inline void push_cmd(const Common& c, uint32_t tag, const channel::TransferCmd& cmd, int expert, int peer) {
-  const channel::RingHandle& ring = c.proxy.rings[tag % static_cast<uint32_t>(c.proxy.num_rings)];
+// `expert` is the record's expert field (the HT rail exchange puts the node there).
+__device__ inline void push_cmd(const ProxyPath& proxy, ErrorRecord* err, int rank, uint32_t tag,
+                                const channel::TransferCmd& cmd, int expert, int peer) {
+  const channel::RingHandle& ring = proxy.rings[tag % static_cast<uint32_t>(proxy.num_rings)];
   if (ring.push(cmd) == channel::kPushFailed)
-    report(c.err, kErrRingTimeout, c.rank, expert, peer, static_cast<int>(ring.ring_id));
+    report(err, kErrRingTimeout, rank, expert, peer, static_cast<int>(ring.ring_id));
+}
+__device__ inline void push_cmd(const Common& c, uint32_t tag, const channel::TransferCmd& cmd, int expert, int peer) {
+  push_cmd(c.proxy, c.err, c.rank, tag, cmd, expert, peer);
 }
 
 // A proxy WRITE of fence group `tag` (symmetric offsets). Fits by construction (the runtime
