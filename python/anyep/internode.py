@@ -65,7 +65,7 @@ class Internode:
         self.k = net.ranks_per_node()
         self.nodes = net.nodes()
         self.rank, self.R = rank, num_ranks
-        self.node, self.local = rank // self.k, rank % self.k
+        self.node = rank // self.k
         self._region = net.region()
         self._block = net.block_bytes()
         self._hdr = net.header_bytes()
