@@ -15,9 +15,15 @@
  *                dispatch (every value within FP8 rounding of its token); then high-throughput
  *                (HT, intranode) in a group of mode HT: the received counts per expert, dispatch
  *                (every row in source order, its values, local expert ids and weights exact) and
- *                combine (every value and weight exact against a host reference). Exits 77,
+ *                combine (every value and weight exact against a host reference), twice, and an
+ *                FP8 HT dispatch (bytes and column-major scales moved exactly). Exits 77,
  *                printing "no GPU", where no GPU is visible (or the example was built without CUDA).
- *   --part all   both (default).
+ *   --part ht    the HT rounds of the GPU part alone. With ANYEP_HT_RANKS_PER_NODE=k (emulated
+ *                nodes of k ranks) they run anyep's internode path: the rail exchange through the
+ *                CPU proxy (ANYEP_HT_NET_PATH, e.g. libfabric with ANYEP_FI_PROVIDER=shm) between
+ *                nodes, then the intranode kernels inside each; the expected order of the received
+ *                rows follows k (docs/ht.md, "Internode").
+ *   --part all   cpu and gpu (default).
  *
  * Exit status: 0 passed, 1 a check failed, 2 bad command line, 77 the GPU part could not run.
  * Build: examples/CMakeLists.txt (find_package(anyep)), or
@@ -412,8 +418,9 @@ static float from_e4m3(uint8_t b) {
 
 typedef struct world {
   int R, T, H, L, K, E, rank;
-  int64_t* idx; /* [R][T][K] every rank's routing */
-  uint16_t* xs; /* [R][T][H] every rank's tokens (BF16) */
+  int node_ranks; /* HT: ranks per node (ANYEP_HT_RANKS_PER_NODE, else all ranks on one node) */
+  int64_t* idx;   /* [R][T][K] every rank's routing */
+  uint16_t* xs;   /* [R][T][H] every rank's tokens (BF16) */
 } world;
 
 static int token_goes_to(const world* w, int r, int t, int64_t e) {
@@ -659,54 +666,81 @@ static int ht_goes_to(const world* w, int r, int t, int dest) {
   return 0;
 }
 
-/* HT dispatch: rows ordered by source rank, then source token, each routed token exactly once,
- * its values, the receiver's local expert ids (-1 elsewhere) and weights (0 elsewhere) exact. */
-static int check_ht_dispatch(const world* w, int64_t M, const uint16_t* rx, const int64_t* ri, const float* rw) {
-  int64_t row = 0;
-  int r, t, k, h;
-  for (r = 0; r < w->R; ++r)
-    for (t = 0; t < w->T; ++t) {
-      if (!ht_goes_to(w, r, t, w->rank)) continue;
-      if (row >= M) {
-        say("FAILED: HT dispatch received %lld rows; rank %d token %d is routed here too", (long long)M, r, t);
-        return 0;
-      }
-      for (h = 0; h < w->H; ++h)
-        if (rx[row * w->H + h] != w->xs[((size_t)r * w->T + t) * w->H + h]) {
-          say("FAILED: HT row %lld (rank %d token %d) element %d = %g, expected %g", (long long)row, r, t, h,
-              from_bf16(rx[row * w->H + h]), from_bf16(w->xs[((size_t)r * w->T + t) * w->H + h]));
-          return 0;
-        }
-      for (k = 0; k < w->K; ++k) {
-        const int64_t e = w->idx[((size_t)r * w->T + t) * w->K + k];
-        const int mine = e >= 0 && e / w->L == w->rank;
-        const int64_t want_i = mine ? e - (int64_t)w->rank * w->L : -1;
-        const float want_w = mine ? weight_of(t, k) : 0.0f;
-        if (ri[row * w->K + k] != want_i || rw[row * w->K + k] != want_w) {
-          say("FAILED: HT row %lld (rank %d token %d) top-%d: local expert %lld weight %g, expected %lld and %g",
-              (long long)row, r, t, k, (long long)ri[row * w->K + k], rw[row * w->K + k], (long long)want_i, want_w);
-          return 0;
-        }
-      }
-      ++row;
+/* The rows an HT dispatch delivers here, as (source rank, source token) in their documented order:
+ * by the rank of this node that forwarded them (local index f), then by source node, then by
+ * source token: rank node * k + f. On one node (k = R) that is source rank order. Returns the
+ * count; src_r and src_t hold R * T entries. */
+static int64_t ht_expected_rows(const world* w, int* src_r, int* src_t) {
+  int64_t n = 0;
+  const int k_node = w->node_ranks, nodes = w->R / w->node_ranks;
+  int f, node, t;
+  for (f = 0; f < k_node; ++f)
+    for (node = 0; node < nodes; ++node)
+      for (t = 0; t < w->T; ++t)
+        if (ht_goes_to(w, node * k_node + f, t, w->rank)) src_r[n] = node * k_node + f, src_t[n] = t, ++n;
+  return n;
+}
+
+/* The received top-k of HT row `row` (rank r, token t): this rank's local expert ids (-1 elsewhere)
+ * and the weights (0 elsewhere), exact. */
+static int check_ht_topk(const world* w, int64_t row, int r, int t, const int64_t* ri, const float* rw) {
+  int k;
+  for (k = 0; k < w->K; ++k) {
+    const int64_t e = w->idx[((size_t)r * w->T + t) * w->K + k];
+    const int mine = e >= 0 && e / w->L == w->rank;
+    const int64_t want_i = mine ? e - (int64_t)w->rank * w->L : -1;
+    const float want_w = mine ? weight_of(t, k) : 0.0f;
+    if (ri[row * w->K + k] != want_i || rw[row * w->K + k] != want_w) {
+      say("FAILED: HT row %lld (rank %d token %d) top-%d: local expert %lld weight %g, expected %lld and %g",
+          (long long)row, r, t, k, (long long)ri[row * w->K + k], rw[row * w->K + k], (long long)want_i, want_w);
+      return 0;
     }
-  if (row != M) {
-    say("FAILED: HT dispatch received %lld rows, %lld tokens are routed here", (long long)M, (long long)row);
-    return 0;
   }
   return 1;
 }
 
-/* HT combine: out[t] = sum over the ranks d token t went to of bf16(x[t] * (1 + d)) (every term
- * and partial sum exact in float32, so the order does not matter), weights summed likewise. */
+/* HT dispatch: each routed token exactly once, in the documented order, its values and top-k exact. */
+static int check_ht_dispatch(const world* w, int64_t M, const uint16_t* rx, const int64_t* ri, const float* rw) {
+  int* src_r = malloc((size_t)w->R * w->T * sizeof(int));
+  int* src_t = malloc((size_t)w->R * w->T * sizeof(int));
+  const int64_t want = ht_expected_rows(w, src_r, src_t);
+  int64_t row;
+  int h, ok = 1;
+  if (want != M) {
+    say("FAILED: HT dispatch received %lld rows, %lld tokens are routed here", (long long)M, (long long)want);
+    ok = 0;
+  }
+  for (row = 0; ok && row < M; ++row) {
+    const int r = src_r[row], t = src_t[row];
+    for (h = 0; ok && h < w->H; ++h)
+      if (rx[row * w->H + h] != w->xs[((size_t)r * w->T + t) * w->H + h]) {
+        say("FAILED: HT row %lld (rank %d token %d) element %d = %g, expected %g", (long long)row, r, t, h,
+            from_bf16(rx[row * w->H + h]), from_bf16(w->xs[((size_t)r * w->T + t) * w->H + h]));
+        ok = 0;
+      }
+    ok = ok && check_ht_topk(w, row, r, t, ri, rw);
+  }
+  free(src_r), free(src_t);
+  return ok;
+}
+
+/* HT combine: out[t] = the sum over the ranks d token t went to of bf16(x[t] * (1 + d)). Each
+ * node's partial sum is rounded to BF16 before home adds the nodes' (the internode path sends one
+ * BF16 row per node home; on one node that rounding is the final one); every term and sum is
+ * exact in float32, so the order does not matter. Weights are summed in float32 alone. */
 static int check_ht_combine(const world* w, const uint16_t* out, const float* ow) {
-  int t, h, k, d;
+  int t, h, k, d, node;
+  const int k_node = w->node_ranks;
   for (t = 0; t < w->T; ++t) {
     for (h = 0; h < w->H; ++h) {
       const float xv = from_bf16(w->xs[((size_t)w->rank * w->T + t) * w->H + h]);
       float acc = 0;
-      for (d = 0; d < w->R; ++d)
-        if (ht_goes_to(w, w->rank, t, d)) acc += from_bf16(to_bf16(xv * (float)(1 + d)));
+      for (node = 0; node < w->R / k_node; ++node) {
+        float part = 0;
+        for (d = node * k_node; d < (node + 1) * k_node; ++d)
+          if (ht_goes_to(w, w->rank, t, d)) part += from_bf16(to_bf16(xv * (float)(1 + d)));
+        acc += from_bf16(to_bf16(part));
+      }
       if (out[(size_t)t * w->H + h] != to_bf16(acc)) {
         say("FAILED: HT combine token %d element %d = %g, expected %g", t, h, from_bf16(out[(size_t)t * w->H + h]),
             from_bf16(to_bf16(acc)));
@@ -817,13 +851,109 @@ static int ht_round(const world* w, anyep_group_t g, int device, cudaStream_t st
     ok = check_ht_combine(w, h_out, h_ow);
   }
   if (ok)
-    say("HT dispatch: %lld rows received in source order, values, local expert ids and weights exact, per-expert "
+    say("HT dispatch: %lld rows received in the documented order, values, local expert ids and weights exact, "
+        "per-expert "
         "counts aligned to %d; combine: %lld values and %lld weights exact",
         (long long)M, HT_ALIGN, (long long)TH, (long long)TK);
   ANYEP_OK(anyep_handle_destroy(h));
   cudaFree(d_x), cudaFree(d_idx), cudaFree(d_w), cudaFree(d_out), cudaFree(d_ow);
   cudaFree(d_rx), cudaFree(d_ri), cudaFree(d_rw), cudaFree(d_y);
   free(h_w), free(per_expert), free(h_rx), free(h_y), free(h_out), free(h_ri), free(h_rw), free(h_ow);
+  return ok ? 0 : 1;
+}
+
+/* The FP8 HT round's inputs (dispatch moves them, no arithmetic): byte h of token t of rank r (never
+ * an e4m3 NaN, 0x7f or 0xff), and its scale g. */
+static uint8_t ht_fp8_byte(int r, int t, int h) { return (uint8_t)((r * 37 + t * 11 + h * 5) % 126); }
+static float ht_fp8_scale(int r, int t, int g) { return (float)(r * 1000 + t * 10 + g + 1) * 0.5f; }
+
+/* An FP8 HT round: x float8 e4m3 [T, H] with float32 scales [T, H/128] column-major (strides
+ * {1, T}); every received byte, scale, local expert id and weight exact, in the documented order. */
+static int ht_fp8_round(const world* w, anyep_group_t g, int device, cudaStream_t stream) {
+  const int G = w->H / 128;
+  const size_t TK = (size_t)w->T * w->K;
+  anyep_ht_options_t opt;
+  anyep_tensor_t x, xs, idx, wt, rx, rs, ri, rw;
+  anyep_handle_t h = NULL;
+  uint8_t *h_x = malloc((size_t)w->T * w->H), *h_rx;
+  float *h_s = malloc((size_t)w->T * G * 4), *h_w = malloc(TK * 4), *h_rs, *h_rw;
+  int64_t* h_ri;
+  int* src_r = malloc((size_t)w->R * w->T * sizeof(int));
+  int* src_t = malloc((size_t)w->R * w->T * sizeof(int));
+  void *d_x = NULL, *d_s = NULL, *d_idx = NULL, *d_w = NULL, *d_rx, *d_rs, *d_ri, *d_rw;
+  int64_t M = -1, n, row, want;
+  int t, k, c, ok = 1;
+  for (t = 0; t < w->T; ++t) {
+    for (c = 0; c < w->H; ++c) h_x[(size_t)t * w->H + c] = ht_fp8_byte(w->rank, t, c);
+    for (c = 0; c < G; ++c) h_s[(size_t)c * w->T + t] = ht_fp8_scale(w->rank, t, c);
+    for (k = 0; k < w->K; ++k) h_w[t * w->K + k] = weight_of(t, k);
+  }
+  CUDA_OK(cudaMalloc(&d_x, (size_t)w->T * w->H));
+  CUDA_OK(cudaMalloc(&d_s, (size_t)w->T * G * 4));
+  CUDA_OK(cudaMalloc(&d_idx, TK * 8));
+  CUDA_OK(cudaMalloc(&d_w, TK * 4));
+  CUDA_OK(cudaMemcpy(d_x, h_x, (size_t)w->T * w->H, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_s, h_s, (size_t)w->T * G * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_idx, w->idx + (size_t)w->rank * TK, TK * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_w, h_w, TK * 4, cudaMemcpyHostToDevice));
+  x = tensor2(d_x, ANYEP_FLOAT8_E4M3, w->T, w->H, device);
+  xs = tensor2(d_s, ANYEP_FLOAT32, w->T, G, device);
+  xs.strides[0] = 1, xs.strides[1] = w->T; /* column-major, as DeepEP's FP8 scales often are */
+  idx = tensor2(d_idx, ANYEP_INT64, w->T, w->K, device);
+  wt = tensor2(d_w, ANYEP_FLOAT32, w->T, w->K, device);
+  anyep_ht_options_init(&opt);
+  opt.num_sms = 8;
+  opt.expert_alignment = HT_ALIGN;
+  ANYEP_OK(anyep_ht_handle_create(g, &idx, &opt, stream, &h));
+  ANYEP_OK(anyep_ht_get_recv_counts(h, &M, NULL, 0));
+  ANYEP_OK(anyep_ht_get_dispatch_outputs(h, &rx, &rs, &ri, &rw));
+  if (rs.ndim != 2 || rs.shape[0] != M || rs.shape[1] != G || rs.dtype != ANYEP_FLOAT32) {
+    say("FAILED: FP8 HT recv_scales: ndim %d [%lld, %lld] dtype %d, expected [%lld, %d] float32", rs.ndim,
+        (long long)rs.shape[0], (long long)rs.shape[1], rs.dtype, (long long)M, G);
+    return 1;
+  }
+  n = M > 0 ? M : 1;
+  d_rx = dev_alloc(&rx, 1), d_rs = dev_alloc(&rs, 4), d_ri = dev_alloc(&ri, 8), d_rw = dev_alloc(&rw, 4);
+  rx.data = d_rx, rs.data = d_rs, ri.data = d_ri, rw.data = d_rw;
+  h_rx = malloc((size_t)n * w->H), h_rs = malloc((size_t)n * G * 4);
+  h_ri = malloc((size_t)n * w->K * 8), h_rw = malloc((size_t)n * w->K * 4);
+  ANYEP_OK(anyep_ht_dispatch(h, &x, &xs, &wt, &rx, &rs, &ri, &rw, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  if (M > 0) {
+    CUDA_OK(cudaMemcpy(h_rx, d_rx, (size_t)M * w->H, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h_rs, d_rs, (size_t)M * G * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h_ri, d_ri, (size_t)M * w->K * 8, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h_rw, d_rw, (size_t)M * w->K * 4, cudaMemcpyDeviceToHost));
+  }
+  want = ht_expected_rows(w, src_r, src_t);
+  if (want != M) {
+    say("FAILED: FP8 HT dispatch received %lld rows, %lld tokens are routed here", (long long)M, (long long)want);
+    ok = 0;
+  }
+  for (row = 0; ok && row < M; ++row) {
+    const int r = src_r[row];
+    t = src_t[row];
+    for (c = 0; ok && c < w->H; ++c)
+      if (h_rx[row * w->H + c] != ht_fp8_byte(r, t, c)) {
+        say("FAILED: FP8 HT row %lld (rank %d token %d) byte %d = %d, expected %d", (long long)row, r, t, c,
+            h_rx[row * w->H + c], ht_fp8_byte(r, t, c));
+        ok = 0;
+      }
+    for (c = 0; ok && c < G; ++c)
+      if (h_rs[row * G + c] != ht_fp8_scale(r, t, c)) {
+        say("FAILED: FP8 HT row %lld (rank %d token %d) scale %d = %g, expected %g", (long long)row, r, t, c,
+            h_rs[row * G + c], ht_fp8_scale(r, t, c));
+        ok = 0;
+      }
+    ok = ok && check_ht_topk(w, row, r, t, h_ri, h_rw);
+  }
+  if (ok)
+    say("FP8 HT dispatch: %lld rows in the documented order, bytes, scales (column-major in) and top-k exact",
+        (long long)M);
+  ANYEP_OK(anyep_handle_destroy(h));
+  cudaFree(d_x), cudaFree(d_s), cudaFree(d_idx), cudaFree(d_w), cudaFree(d_rx), cudaFree(d_rs), cudaFree(d_ri),
+      cudaFree(d_rw);
+  free(h_x), free(h_s), free(h_w), free(h_rx), free(h_rs), free(h_ri), free(h_rw), free(src_r), free(src_t);
   return ok ? 0 : 1;
 }
 
@@ -850,6 +980,8 @@ static void make_world(const options* o, int rank, world* w) {
   int r, t, h;
   w->R = o->ranks, w->T = o->tokens, w->H = o->hidden, w->L = o->local, w->K = o->topk;
   w->E = w->L * w->R, w->rank = rank;
+  w->node_ranks = getenv("ANYEP_HT_RANKS_PER_NODE") ? atoi(getenv("ANYEP_HT_RANKS_PER_NODE")) : 0;
+  if (w->node_ranks <= 0 || w->R % w->node_ranks != 0) w->node_ranks = w->R;
   w->idx = malloc((size_t)w->R * w->T * w->K * 8);
   w->xs = malloc((size_t)w->R * w->T * w->H * 2);
   for (r = 0; r < w->R; ++r)
@@ -925,6 +1057,7 @@ static int gpu_rank_ht(const options* o, int rank, uint16_t port, int listen_fd)
   if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_HT, ANYEP_BFLOAT16, &w, &g, &device, &stream)) != 0)
     return rc;
   rc = ht_round(&w, g, device, stream);
+  if (rc == 0) rc = ht_round(&w, g, device, stream); /* a second pass over the same buffers */
   ANYEP_OK(anyep_group_get_async_error(g, &async));
   if (async != anyepSuccess) {
     say("FAILED: asynchronous error: %s", anyep_get_last_error());
@@ -934,10 +1067,26 @@ static int gpu_rank_ht(const options* o, int rank, uint16_t port, int listen_fd)
   return rc;
 }
 
+static int gpu_rank_ht_fp8(const options* o, int rank, uint16_t port, int listen_fd) {
+  world w;
+  anyep_group_t g = NULL;
+  cudaStream_t stream;
+  int device = 0, rc;
+  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_HT, ANYEP_FLOAT8_E4M3, &w, &g, &device, &stream)) != 0)
+    return rc;
+  rc = ht_fp8_round(&w, g, device, stream);
+  ANYEP_OK(anyep_group_destroy(g));
+  return rc;
+}
+
 static int gpu_part(const options* o) {
-  int rc = run_ranks(o, "BF16 dispatch/combine", gpu_rank_bf16);
-  if (rc == 0) rc = run_ranks(o, "FP8 dispatch", gpu_rank_fp8);
+  int rc = 0;
+  if (strcmp(o->part, "ht") != 0) {
+    rc = run_ranks(o, "BF16 dispatch/combine", gpu_rank_bf16);
+    if (rc == 0) rc = run_ranks(o, "FP8 dispatch", gpu_rank_fp8);
+  }
   if (rc == 0) rc = run_ranks(o, "HT dispatch/combine", gpu_rank_ht);
+  if (rc == 0) rc = run_ranks(o, "FP8 HT dispatch", gpu_rank_ht_fp8);
   return rc;
 }
 
@@ -956,7 +1105,8 @@ static int gpu_part(const options* o) {
 static const char* kUsage =
     "usage: ll_example [--part cpu|gpu|all] [--ranks N] [--tokens T] [--hidden H] [--local-experts L]\n"
     "                  [--topk K] [--timeout-s S]\n"
-    "  --part          cpu: refusals and GPU-free groups; gpu: LL and HT dispatch/combine checked; all: both [all]\n"
+    "  --part          cpu: refusals and GPU-free groups; gpu: LL and HT dispatch/combine checked; ht: the HT\n"
+    "                  rounds alone; all: cpu and gpu [all]\n"
     "  --ranks         processes, 1..16 (they share this machine's GPUs; HT reaches 16) [2]\n"
     "  --tokens        tokens per rank, 1..64 [32]\n"
     "  --hidden        a multiple of 128, 128..4096 [512]\n"
@@ -983,8 +1133,8 @@ int main(int argc, char** argv) {
     }
     ++i;
     if (strcmp(a, "--part") == 0) {
-      ok = strcmp(v, "cpu") == 0 || strcmp(v, "gpu") == 0 || strcmp(v, "all") == 0;
-      if (!ok) fprintf(stderr, "ll_example: --part='%s' is not cpu, gpu or all\n", v);
+      ok = strcmp(v, "cpu") == 0 || strcmp(v, "gpu") == 0 || strcmp(v, "ht") == 0 || strcmp(v, "all") == 0;
+      if (!ok) fprintf(stderr, "ll_example: --part='%s' is not cpu, gpu, ht or all\n", v);
       o.part = v;
     } else if (strcmp(a, "--ranks") == 0) {
       ok = parse_int(a, v, 1, 16, &o.ranks);
@@ -1029,7 +1179,7 @@ int main(int argc, char** argv) {
       ANYEP_VERSION_STRING, o.ranks, o.tokens, o.hidden, o.local, o.topk);
   if (strcmp(anyep_version(), ANYEP_VERSION_STRING) != 0) say("note: the library and the header differ in version");
 
-  if (strcmp(o.part, "gpu") != 0) {
+  if (strcmp(o.part, "cpu") == 0 || strcmp(o.part, "all") == 0) {
     say("CPU part: refusals, then GPU-free groups across %d processes", o.ranks);
     if (!refusals(&o)) return 1;
     if (run_ranks(&o, "GPU-free groups", gpu_free_rank) != 0) return 1;

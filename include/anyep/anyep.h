@@ -25,7 +25,7 @@
  * are independent.
  *
  * Modes: low-latency (LL, anyep_handle_create / anyep_dispatch / anyep_combine) and high-throughput
- * (HT, DeepEP's "normal" mode, intranode: the anyep_ht_* calls). A group serves the modes its
+ * (HT, DeepEP's "normal" mode: the anyep_ht_* calls, inside a node and across nodes). A group serves the modes its
  * cfg.mode names; a call of another mode is refused with anyepInvalidArgument naming cfg->mode.
  *
  * A GPU-free group (cfg.device = ANYEP_DEVICE_NONE) bootstraps and checks every call's arguments
@@ -91,7 +91,7 @@ typedef struct anyep_tensor {
 
 typedef enum anyep_mode {
   ANYEP_MODE_LL = 1,  /* low-latency: decode-sized batches, fixed-size receive buffers */
-  ANYEP_MODE_HT = 2,  /* high-throughput (intranode: every rank reached by direct stores, <= 16 ranks) */
+  ANYEP_MODE_HT = 2,  /* high-throughput (<= 16 ranks per node by direct stores; nodes through the proxy) */
   ANYEP_MODE_BOTH = 3 /* one group serving both, each mode in its own buffer */
 } anyep_mode_t;
 
@@ -179,7 +179,9 @@ typedef void* anyep_stream_t;                /* a cudaStream_t; NULL: the defaul
 /* Collective over cfg's bootstrap: every rank calls it with the same shape, modes and dtypes (a
  * rank whose configuration differs is named in the error), the LL buffers are allocated and
  * connected (direct stores where peers are reachable, the CPU proxy for the others), and the HT
- * buffers (every peer by direct stores, else anyepUnsupported naming the rank). */
+ * buffers: over the node's ranks by direct stores (else anyepUnsupported naming the rank), and,
+ * when the ranks span nodes (hosts, or ANYEP_HT_RANKS_PER_NODE), the rail exchange between nodes
+ * through the CPU proxy (ANYEP_HT_NET_PATH), its region sized for every token to every node. */
 anyepStatus anyep_group_create(const anyep_config_t* cfg, anyep_group_t* group);
 
 /* Collective: waits (at most the creation timeout) for every rank to arrive, so no peer still
@@ -258,10 +260,11 @@ static inline void anyep_ht_options_init(anyep_ht_options_t* o) {
  * pass of one layer. topk_idx (int64 [N, K] on the group's device, N <= max_tokens_per_rank,
  * K <= 16, -1 = no expert) is laid out and the counts are exchanged on `stream`; the host then
  * waits (at most ANYEP_TIMEOUT_S) for the number of rows this rank receives, so that the caller can
- * size the outputs. options NULL: the defaults. The handle's options hold for its dispatch and
- * combine. Its dispatch must be the group's next HT call on every rank: any other HT call of the
- * group before it is refused with anyepInvalidArgument. In a GPU-free group every argument is
- * checked, and the handle knows no counts (anyep_ht_get_* return anyepUnsupported "no GPU"). */
+ * size the outputs. Across nodes the top-k ids cross the rail exchange first and the host waits
+ * twice (the rows it forwards, then the node's counts). options NULL: the defaults. The handle's options hold for its
+ * dispatch and combine. Its dispatch must be the group's next HT call on every rank: any other HT call of the group
+ * before it is refused with anyepInvalidArgument. In a GPU-free group every argument is checked, and the handle knows
+ * no counts (anyep_ht_get_* return anyepUnsupported "no GPU"). */
 anyepStatus anyep_ht_handle_create(anyep_group_t group, const anyep_tensor_t* topk_idx,
                                    const anyep_ht_options_t* options, anyep_stream_t stream, anyep_handle_t* handle);
 
@@ -274,7 +277,8 @@ anyepStatus anyep_ht_get_recv_counts(anyep_handle_t handle, int64_t* num_recv, i
  * recv_x [M, H] of the dispatch dtype, recv_scales (FP8: as x_scales' dtype, [M, S]; else ndim 0),
  * recv_topk_idx int64 [M, K] (the receiver's local expert ids, -1 for another rank's expert),
  * recv_topk_weights float32 [M, K] (0 where recv_topk_idx is -1). Rows are ordered by source rank,
- * then source token. */
+ * then source token; across nodes of k ranks, by the rank of this node that forwarded them (local
+ * index f), then source node, then source token (source rank node * k + f). */
 anyepStatus anyep_ht_get_dispatch_outputs(anyep_handle_t handle, anyep_tensor_t* recv_x, anyep_tensor_t* recv_scales,
                                           anyep_tensor_t* recv_topk_idx, anyep_tensor_t* recv_topk_weights);
 
@@ -290,7 +294,8 @@ anyepStatus anyep_ht_dispatch(anyep_handle_t handle, const anyep_tensor_t* x, co
 
 /* Returns x (bfloat16 [M, H], rows as the handle's dispatch delivered them) to the tokens' ranks:
  * out[t] (bfloat16 [N, H]) = the UNWEIGHTED sum of token t's rows over the ranks it went to (in
- * float, rounded once; weight the rows before, as DeepEP). topk_weights (float32 [M, K]) may be
+ * float, rounded once; across nodes each node's sum is rounded to BF16 before home adds them in
+ * float and rounds once more; weight the rows before, as DeepEP). topk_weights (float32 [M, K]) may be
  * NULL; given, out_topk_weights (float32 [N, K]) receives its rows summed the same way. After the
  * handle's dispatch. Stream-ordered. */
 anyepStatus anyep_ht_combine(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* topk_weights,

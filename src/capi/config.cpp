@@ -9,7 +9,8 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/parse.h"
-#include "runtime/ht_validate.h"  // ht:: limits and geometry, through the runtime contract
+#include "runtime/ht_internode_plan.h"  // runtime::kHTMaxNodes
+#include "runtime/ht_validate.h"        // ht:: limits and geometry, through the runtime contract
 #include "runtime/ll_validate.h"
 
 namespace anyep::capi {
@@ -90,12 +91,15 @@ std::string check_ll_path(const char* text) {
   throw InternalError("capi: ANYEP_LL_PATH is not in the environment registry");
 }
 
-// Intranode HT's limits (kernels/ht_layout.h): ranks, experts per rank, row size.
+// HT's limits (kernels/ht_layout.h, ht_internode_protocol.h): ranks, experts per rank, row size.
+// The ranks per node (at most 16, reached by direct stores) are checked once the group knows its
+// nodes (group.cpp).
 void check_ht_limits(const GroupSpec& s) {
-  if (s.num_ranks > ht::kMaxRanks)
+  constexpr int kMost = ht::kMaxRanks * runtime::kHTMaxNodes;
+  if (s.num_ranks > kMost)
     throw Unsupported("cfg->num_ranks is " + to_string(s.num_ranks) + ": high-throughput mode (cfg->mode " +
-                      mode_name(s.mode) + ") reaches at most " + to_string(ht::kMaxRanks) +
-                      " ranks by direct stores (internode HT is not built yet)");
+                      mode_name(s.mode) + ") reaches at most " + to_string(kMost) + " ranks (" +
+                      to_string(runtime::kHTMaxNodes) + " nodes of " + to_string(ht::kMaxRanks) + ")");
   if (s.num_experts / s.num_ranks > ht::kMaxLocalExperts)
     throw bad("cfg->num_experts", "is " + to_string(s.num_experts) + ": " + to_string(s.num_experts / s.num_ranks) +
                                       " experts per rank, high-throughput mode takes at most " +
@@ -209,6 +213,7 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
     throw bad("cfg->ht_buffer_bytes", "is " + to_string(c.ht_buffer_bytes) + ", below the " + to_string(ht::kRingsOff) +
                                           " bytes of HT control data (0: auto)");
   s.ht_bytes = c.ht_buffer_bytes > 0 || !s.has_ht() ? c.ht_buffer_bytes : ht_default_bytes(s.hidden, s.num_ranks);
+  s.ht_bytes_auto = s.has_ht() && c.ht_buffer_bytes == 0;
 
   if (c.timeout_s == 0) {
     s.timeout_s = env::get_duration_s("ANYEP_TIMEOUT_S");

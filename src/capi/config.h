@@ -22,10 +22,11 @@ struct GroupSpec {
   runtime::DType dispatch_dtype = runtime::DType::kBFloat16;
   runtime::DType combine_dtype = runtime::DType::kBFloat16;
   bool round_scale = false, ue8m0 = false;
-  int64_t ll_bytes = 0;   // resolved: the shape's need when the config said 0
-  int64_t ht_bytes = 0;   // resolved with HT in the mode: ht_default_bytes when the config said 0
-  double timeout_s = 30;  // resolved: ANYEP_TIMEOUT_S when the config said 0
-  std::string ll_path;    // resolved: ANYEP_LL_PATH when the config said NULL or ""
+  int64_t ll_bytes = 0;        // resolved: the shape's need when the config said 0
+  int64_t ht_bytes = 0;        // resolved with HT in the mode: ht_default_bytes when the config said 0
+  bool ht_bytes_auto = false;  // the config said 0 (the group re-sizes it for its node's ranks)
+  double timeout_s = 30;       // resolved: ANYEP_TIMEOUT_S when the config said 0
+  std::string ll_path;         // resolved: ANYEP_LL_PATH when the config said NULL or ""
   anyep_allocator_t allocator{};
   anyep_bootstrap_kind_t bootstrap = ANYEP_BOOTSTRAP_TCP;
   std::string tcp_host;
@@ -42,7 +43,7 @@ struct GroupSpec {
 
 // Reads `cfg` (struct_size first: smaller than any known version is refused; larger only with
 // the unknown tail zero) and checks every field (the LL limits with LL in the mode, the
-// intranode HT limits with HT; more than 16 ranks with HT is Unsupported).
+// HT limits with HT; more ranks than 64 nodes of 16 with HT is Unsupported).
 GroupSpec read_config(const anyep_config_t* cfg);
 
 // The bits of a C enum argument, read without loading the enum: a C caller may pass any int, and

@@ -58,19 +58,18 @@ std::unique_ptr<transport::Bootstrap> make_bootstrap(const GroupSpec& s) {
                                        static_cast<uint32_t>(s.num_ranks), o);
 }
 
-// The C API's HT calls run the intranode kernels only: ranks on several nodes (hosts, or
-// ANYEP_HT_RANKS_PER_NODE) are refused here, on every rank alike (the internode path is the Python
-// API's, docs/ht.md "Internode").
-void check_one_node(const GroupSpec& s, transport::Bootstrap& boot) {
+// The ranks of one node (hosts, or ANYEP_HT_RANKS_PER_NODE), the same on every rank: all of them
+// on one node run the intranode kernels, several nodes the internode path (docs/ht.md).
+int ht_ranks_per_node(const GroupSpec& s, transport::Bootstrap& boot) {
   std::vector<std::string> ids;
   const std::string me = host_identity();
   for (const auto& b : boot.allgather(std::vector<uint8_t>(me.begin(), me.end()))) ids.emplace_back(b.begin(), b.end());
   const int k = runtime::ht_ranks_per_node(ids, static_cast<int>(env::get_count("ANYEP_HT_RANKS_PER_NODE")));
-  if (k != s.num_ranks)
+  if (k > ht::kMaxRanks)
     throw Unsupported("the " + std::to_string(s.num_ranks) + " ranks form " + std::to_string(s.num_ranks / k) +
-                      " nodes of " + std::to_string(k) +
-                      ": the C API's high-throughput calls serve ranks on one node; high-throughput mode across "
-                      "nodes is in the Python API (anyep.Buffer) for now");
+                      " node(s) of " + std::to_string(k) + ": high-throughput mode reaches at most " +
+                      std::to_string(ht::kMaxRanks) + " ranks of a node by direct stores");
+  return k;
 }
 
 std::shared_ptr<Group> create(const anyep_config_t* cfg) {
@@ -90,9 +89,15 @@ std::shared_ptr<Group> create(const anyep_config_t* cfg) {
   g->boot = make_bootstrap(s);
   const GroupRecord mine = make_record(s);
   check_records(mine, g->boot->allgather(to_bytes(mine)));
-  if (s.has_ht()) check_one_node(s, *g->boot);
+  if (s.has_ht()) {
+    g->ht_ranks = ht_ranks_per_node(s, *g->boot);
+    // The HT buffer serves the node's ranks: its default size is theirs.
+    if (s.ht_bytes_auto) g->spec.ht_bytes = ht_default_bytes(s.hidden, g->ht_ranks);
+  }
   if (s.gpu() && s.has_ll()) g->ll = make_ll_backend(s, g->device, *g->boot);
-  if (s.gpu() && s.has_ht()) g->ht = make_ht_backend(s, g->device, *g->boot);
+  if (s.gpu() && s.has_ht())
+    g->ht = g->ht_ranks == s.num_ranks ? make_ht_backend(s, g->device, *g->boot)
+                                       : make_ht_internode_backend(s, g->ht_ranks, g->device, *g->boot);
   return g;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "capi/config.h"
+#include "runtime/ht_internode_plan.h"
 #include "runtime/ht_validate.h"
 #include "transport/bootstrap/bootstrap.h"
 
@@ -40,6 +41,21 @@ class HTBackend {
                         const HTOutputs& out, void* stream) = 0;
   virtual void combine(const runtime::HTCombineIn& in, const runtime::HTCombinePlan& p, const runtime::TensorRef& out,
                        const runtime::TensorRef& out_weights, void* stream) = 0;
+  // Ranks on several nodes (runtime/ht_internode.h): info() is the node buffer's (its k ranks);
+  // a pass is route() (the counts, before any data moves), then one dispatch, then combine.
+  // The intranode calls above are refused there, and these in an intranode backend.
+  virtual bool internode() const { return false; }
+  virtual int nodes() const { return 1; }
+  virtual runtime::HTInternodeRoute route(const runtime::TensorRef& topk_idx, const runtime::HTInternodeTables& t,
+                                          const runtime::HTConfig& config, int64_t expert_alignment, void* stream);
+  virtual void internode_dispatch(const runtime::HTInternodeRoute& r, const runtime::HTInternodeTables& t,
+                                  const runtime::TensorRef& x, const runtime::TensorRef& x_scales,
+                                  const runtime::TensorRef& topk_weights, const runtime::HTConfig& config,
+                                  int64_t expert_alignment, const HTOutputs& out, void* stream);
+  virtual void internode_combine(const runtime::HTInternodeRoute& r, const runtime::HTInternodeTables& t,
+                                 const runtime::TensorRef& x, const runtime::TensorRef& topk_weights,
+                                 const runtime::HTConfig& config, const runtime::TensorRef& out,
+                                 const runtime::TensorRef& out_weights, void* stream);
   // Throws the error an HT kernel reported, if any.
   virtual void check_async() = 0;
   // Waits for this rank's work on the device (before the barrier that precedes freeing).
@@ -51,5 +67,9 @@ class HTBackend {
 // opens every peer's by CUDA IPC (a rank that cannot tells the others, who fail naming it; a peer
 // out of reach of direct stores is Unsupported naming it). Without CUDA: Unsupported.
 std::unique_ptr<HTBackend> make_ht_backend(const GroupSpec& spec, int device, transport::Bootstrap& boot);
+// Collective over `boot`, ranks on several nodes of `ranks_per_node`: the rail exchange over the
+// proxy (ANYEP_HT_NET_PATH) and every node's intranode buffer (spec.ht_bytes each).
+std::unique_ptr<HTBackend> make_ht_internode_backend(const GroupSpec& spec, int ranks_per_node, int device,
+                                                     transport::Bootstrap& boot);
 
 }  // namespace anyep::capi

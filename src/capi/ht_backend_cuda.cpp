@@ -7,11 +7,24 @@
 #include "capi/device_guard.h"
 #include "capi/ht_backend.h"
 #include "runtime/ht_buffer.h"
+#include "runtime/ht_internode.h"
 
 namespace anyep::capi {
 namespace {
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+runtime::HTDispatchOut dispatch_out(const HTOutputs& o) {
+  runtime::HTDispatchOut out;
+  out.recv_x = o.recv_x;
+  out.recv_x_scales = o.recv_x_scales;
+  out.recv_topk_idx = o.recv_topk_idx;
+  out.recv_topk_weights = o.recv_topk_weights;
+  out.recv_channel_prefix_matrix = o.recv_channel_prefix_matrix;
+  out.recv_src_idx = o.recv_src_idx;
+  out.send_head = o.send_head;
+  return out;
+}
 
 class CudaHT final : public CudaBackend<HTBackend, runtime::HTBuffer> {
  public:
@@ -45,15 +58,7 @@ class CudaHT final : public CudaBackend<HTBackend, runtime::HTBuffer> {
                 const runtime::TensorRef& rpm, const runtime::TensorRef& cpm, const HTOutputs& o,
                 void* stream) override {
     DeviceGuard guard(device_);
-    runtime::HTDispatchOut out;
-    out.recv_x = o.recv_x;
-    out.recv_x_scales = o.recv_x_scales;
-    out.recv_topk_idx = o.recv_topk_idx;
-    out.recv_topk_weights = o.recv_topk_weights;
-    out.recv_channel_prefix_matrix = o.recv_channel_prefix_matrix;
-    out.recv_src_idx = o.recv_src_idx;
-    out.send_head = o.send_head;
-    buf_->dispatch(in, p, num_recv, rpm, cpm, out, as_stream(stream));
+    buf_->dispatch(in, p, num_recv, rpm, cpm, dispatch_out(o), as_stream(stream));
   }
   void combine(const runtime::HTCombineIn& in, const runtime::HTCombinePlan& p, const runtime::TensorRef& out,
                const runtime::TensorRef& out_weights, void* stream) override {
@@ -62,7 +67,81 @@ class CudaHT final : public CudaBackend<HTBackend, runtime::HTBuffer> {
   }
 };
 
+[[noreturn]] void intranode_call(const char* call) {
+  throw InternalError(std::string("capi: ") + call + " on an internode HT backend (use route)");
+}
+
+// Ranks on several nodes: runtime::HTInternode (the rail exchange and the node's buffer).
+class CudaHTInternode final : public CudaBackend<HTBackend, runtime::HTInternode> {
+ public:
+  CudaHTInternode(const GroupSpec& spec, int ranks_per_node, int device, transport::Bootstrap& boot)
+      : CudaBackend(device) {
+    runtime::HTInternodeShape shape;
+    shape.max_tokens = spec.max_tokens;
+    shape.hidden = spec.hidden;
+    shape.x_dtype = spec.dispatch_dtype;
+    if (spec.fp8()) {
+      shape.scale_dtype = spec.ue8m0 ? runtime::DType::kInt32 : runtime::DType::kFloat32;
+      shape.scale_cols = spec.ue8m0 ? spec.hidden / 512 : spec.hidden / 128;
+    }
+    shape.num_experts = spec.num_experts;
+    const std::vector<std::vector<uint8_t>> infos = build_and_exchange(boot, "HT buffers", [&] {
+      DeviceGuard guard(device);
+      buf_ = std::make_unique<runtime::HTInternode>(spec.rank, spec.num_ranks, ranks_per_node, spec.ht_bytes, shape,
+                                                    device);
+      return buf_->local_info();
+    });
+    DeviceGuard guard(device);
+    buf_->connect(infos, boot);
+  }
+
+  runtime::HTBufferInfo info() const override { return buf_->node_info(); }
+  bool internode() const override { return true; }
+  int nodes() const override { return buf_->nodes(); }
+
+  void layout(const runtime::HTLayoutIn&, const runtime::HTLayoutPlan&, const runtime::TensorRef&,
+              const runtime::TensorRef&, const runtime::TensorRef&, void*) override {
+    intranode_call("layout");
+  }
+  HTCounts notify(const runtime::HTDispatchIn&, const runtime::HTDispatchPlan&, const runtime::TensorRef&,
+                  const runtime::TensorRef&, void*) override {
+    intranode_call("notify");
+  }
+  void dispatch(const runtime::HTDispatchIn&, const runtime::HTDispatchPlan&, int64_t, const runtime::TensorRef&,
+                const runtime::TensorRef&, const HTOutputs&, void*) override {
+    intranode_call("dispatch");
+  }
+  void combine(const runtime::HTCombineIn&, const runtime::HTCombinePlan&, const runtime::TensorRef&,
+               const runtime::TensorRef&, void*) override {
+    intranode_call("combine");
+  }
+
+  runtime::HTInternodeRoute route(const runtime::TensorRef& topk_idx, const runtime::HTInternodeTables& t,
+                                  const runtime::HTConfig& c, int64_t alignment, void* stream) override {
+    DeviceGuard guard(device_);
+    return buf_->route(topk_idx, t, c, alignment, as_stream(stream));
+  }
+  void internode_dispatch(const runtime::HTInternodeRoute& r, const runtime::HTInternodeTables& t,
+                          const runtime::TensorRef& x, const runtime::TensorRef& scales,
+                          const runtime::TensorRef& weights, const runtime::HTConfig& c, int64_t alignment,
+                          const HTOutputs& o, void* stream) override {
+    DeviceGuard guard(device_);
+    buf_->dispatch(r, t, x, scales, weights, c, alignment, dispatch_out(o), as_stream(stream));
+  }
+  void internode_combine(const runtime::HTInternodeRoute& r, const runtime::HTInternodeTables& t,
+                         const runtime::TensorRef& x, const runtime::TensorRef& weights, const runtime::HTConfig& c,
+                         const runtime::TensorRef& out, const runtime::TensorRef& out_weights, void* stream) override {
+    DeviceGuard guard(device_);
+    buf_->combine(r, t, x, weights, c, out, out_weights, as_stream(stream));
+  }
+};
+
 }  // namespace
+
+std::unique_ptr<HTBackend> make_ht_internode_backend(const GroupSpec& spec, int ranks_per_node, int device,
+                                                     transport::Bootstrap& boot) {
+  return std::make_unique<CudaHTInternode>(spec, ranks_per_node, device, boot);
+}
 
 std::unique_ptr<HTBackend> make_ht_backend(const GroupSpec& spec, int device, transport::Bootstrap& boot) {
   return std::make_unique<CudaHT>(spec, device, boot);

@@ -30,8 +30,8 @@ constexpr size_t kAlign = 256;  // each table of the handle memory starts on its
 runtime::HTBufferInfo ht_info(const Group& g, int device_of_call) {
   if (g.ht) return g.ht->info();
   runtime::HTBufferInfo i;
-  i.rank = g.spec.rank;
-  i.num_ranks = g.spec.num_ranks;
+  i.rank = g.spec.rank % g.ht_ranks;  // the HT buffer's ranks: the node's
+  i.num_ranks = g.ht_ranks;
   i.device = device_of_call;
   i.num_bytes = g.spec.ht_bytes;
   return i;
@@ -67,6 +67,40 @@ void lay_out_memory(Handle& h, HTState& st, const ht::Geometry& geo, int device)
   }
   if (h.group->ht) alloc_handle_memory(h, total, device);
   // A GPU-free handle has descriptors without memory: every check of a call runs all the same.
+  static int64_t no_memory = 0;
+  auto* base = h.memory ? static_cast<uint8_t*>(h.memory) : reinterpret_cast<uint8_t*>(&no_memory);
+  for (const Piece& p : pieces) {
+    *p.t = p.cols > 0 ? runtime::contiguous_ref(base + p.offset, p.dtype, {p.rows, p.cols}, device)
+                      : runtime::contiguous_ref(base + p.offset, p.dtype, {p.rows}, device);
+  }
+}
+
+// Internode: the pass's tables (runtime::HTInternodeTables) in the handle's memory. Rows: the
+// most a rank forwards (nodes x T); k the node's ranks, C the node dispatch's channels.
+void lay_out_internode(Handle& h, HTState& st, const ht::Geometry& geo, int device) {
+  const Group& g = *h.group;
+  const GroupSpec& s = g.spec;
+  const int64_t k = g.ht_ranks, nodes = s.num_ranks / k, N = h.num_tokens, K = h.num_topk;
+  const int64_t rows = nodes * s.max_tokens, L = s.num_experts / s.num_ranks, C = geo.channels;
+  runtime::HTInternodeTables& t = st.net;
+  struct Piece {
+    TensorRef* t;
+    DType dtype;
+    int64_t rows, cols;  // cols 0: 1-D
+    size_t offset;
+  } pieces[] = {{&t.pos, DType::kInt32, nodes, N, 0},       {&t.send_rows, DType::kInt64, nodes, 0, 0},
+                {&t.recv_rows, DType::kInt64, nodes, 0, 0}, {&t.topk_node, DType::kInt64, rows, K, 0},
+                {&t.ntpr, DType::kInt32, k, 0, 0},          {&t.ntpe, DType::kInt32, k * L, 0, 0},
+                {&t.itir, DType::kBool, rows, k, 0},        {&t.rpm, DType::kInt32, k, k, 0},
+                {&t.cpm, DType::kInt32, k, C, 0},           {&t.rcpm, DType::kInt32, k, C, 0},
+                {&t.send_head, DType::kInt32, rows, k, 0},  {&t.src_idx, DType::kInt32, k * rows, 0, 0}};
+  size_t total = 0;
+  for (Piece& p : pieces) {
+    p.offset = total;
+    const size_t cols = p.cols > 0 ? static_cast<size_t>(p.cols) : 1;
+    total += (static_cast<size_t>(p.rows) * cols * runtime::dtype_bytes(p.dtype) + kAlign - 1) / kAlign * kAlign;
+  }
+  if (g.ht) alloc_handle_memory(h, total, device);
   static int64_t no_memory = 0;
   auto* base = h.memory ? static_cast<uint8_t*>(h.memory) : reinterpret_cast<uint8_t*>(&no_memory);
   for (const Piece& p : pieces) {
@@ -129,7 +163,7 @@ std::shared_ptr<Handle> create(anyep_group_t group, const anyep_tensor_t* topk_i
   h->mode = ANYEP_MODE_HT;
   h->ht = std::make_unique<HTState>();
   HTState& st = *h->ht;
-  st.options = read_ht_options(opts, s.num_ranks);
+  st.options = read_ht_options(opts, g.ht_ranks);  // the HT buffer's ranks: the node's
   h->topk_idx = tensor_ref(topk_idx, "topk_idx");
   check_topk_idx(*h, g);
   h->num_tokens = h->topk_idx.shape[0];
@@ -150,8 +184,28 @@ std::shared_ptr<Handle> create(anyep_group_t group, const anyep_tensor_t* topk_i
   const int K = static_cast<int>(h->num_topk);
   const ht::Geometry geo =
       check_ht_fits(st.options.dispatch, "dispatch",
-                    ht::dispatch_slot_bytes(x_bytes, static_cast<int>(st.scale_cols), K), s.num_ranks, s.ht_bytes);
-  check_ht_fits(st.options.combine, "combine", ht::combine_slot_bytes(s.hidden, K), s.num_ranks, s.ht_bytes);
+                    ht::dispatch_slot_bytes(x_bytes, static_cast<int>(st.scale_cols), K), g.ht_ranks, s.ht_bytes);
+  check_ht_fits(st.options.combine, "combine", ht::combine_slot_bytes(s.hidden, K), g.ht_ranks, s.ht_bytes);
+  if (g.internode()) {
+    // The routing's checks over all ranks; GPU-free, nothing more runs.
+    runtime::HTLayoutIn lin;
+    lin.topk_idx = h->topk_idx;
+    lin.num_experts = s.num_experts;
+    runtime::HTBufferInfo all = info;
+    all.rank = s.rank;
+    all.num_ranks = s.num_ranks;
+    runtime::validate_ht_layout(lin, all);
+    lay_out_internode(*h, st, geo, dev);
+    if (!g.ht) return h;
+    st.route = g.ht->route(h->topk_idx, st.net, st.options.dispatch, st.options.expert_alignment, stream);
+    const int64_t most = static_cast<int64_t>(s.num_ranks) * s.max_tokens;
+    if (st.route.num_recv < 0 || st.route.num_recv > most)
+      throw InternalError("capi: the counts exchange reported " + to_string(st.route.num_recv) +
+                          " rows to receive, outside [0, " + to_string(most) + "]");
+    st.num_recv = st.route.num_recv;
+    st.per_expert = st.route.per_expert;
+    return h;
+  }
 
   runtime::HTLayoutIn lin;
   lin.topk_idx = h->topk_idx;
@@ -185,6 +239,36 @@ std::shared_ptr<Handle> create(anyep_group_t group, const anyep_tensor_t* topk_i
 const HTState& counted(const Handle& h, const char* call) {
   if (!h.group->ht) no_gpu(call, "needs the counts the GPU exchanges at anyep_ht_handle_create");
   return *h.ht;
+}
+
+// Internode: the checks of a dispatch's inputs against the handle (the node's dispatch runs on
+// rows the exchange delivers, planned at the handle's creation), and that plan (GPU-free: the
+// output shapes alone, which is all the caller's outputs are checked against).
+runtime::HTDispatchPlan internode_plan(const Handle& h, const HTState& st, const TensorRef& x, const TensorRef& scales,
+                                       const TensorRef& weights, const runtime::HTBufferInfo& info) {
+  const GroupSpec& s = h.group->spec;
+  runtime::expect_tensor(x, "x", s.dispatch_dtype, 2, info.device);
+  if (s.fp8()) {
+    runtime::expect(scales.ndim == 2 && scales.shape[0] == h.num_tokens && scales.device == info.device, [&] {
+      return "x_scales must be [" + to_string(h.num_tokens) + ", " + to_string(st.scale_cols) + "] on device " +
+             to_string(info.device) + ", got " + runtime::shape_str(scales);
+    });
+  }
+  runtime::expect(weights.present() && weights.dtype == DType::kFloat32 && weights.ndim == 2 &&
+                      weights.shape[0] == h.num_tokens && weights.shape[1] == h.num_topk &&
+                      weights.device == info.device,
+                  [&] {
+                    return "topk_weights must be float32 [" + to_string(h.num_tokens) + ", " + to_string(h.num_topk) +
+                           "] on device " + to_string(info.device) + ", got " + runtime::shape_str(weights);
+                  });
+  if (h.group->ht) return st.route.node_plan;
+  runtime::HTDispatchPlan p;
+  p.hidden = s.hidden;
+  p.x_dtype = s.dispatch_dtype;
+  p.num_topk = h.num_topk;
+  p.num_scales = static_cast<int64_t>(st.scale_cols);
+  p.scales_dtype = st.scale_dtype;
+  return p;
 }
 
 void dispatch(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tensor_t* scales_c,
@@ -222,9 +306,10 @@ void dispatch(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tens
     throw InvalidArgument("x_scales must be NULL: the group's dispatch_dtype is ANYEP_BFLOAT16 (no scales)");
   }
   const TensorRef weights = tensor_ref(weights_c, "topk_weights");
-  const runtime::HTDispatchIn in = dispatch_in(*h, st, x, scales, weights);
   const runtime::HTBufferInfo info = ht_info(g, x.device);
-  const runtime::HTDispatchPlan p = runtime::validate_ht_dispatch(in, info);
+  const runtime::HTDispatchPlan p = g.internode()
+                                        ? internode_plan(*h, st, x, scales, weights, info)
+                                        : runtime::validate_ht_dispatch(dispatch_in(*h, st, x, scales, weights), info);
 
   // M: the exchanged count, or (GPU-free) the rows of recv_x, at most what a rank can receive.
   HTOutputs o;
@@ -249,13 +334,54 @@ void dispatch(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tens
   runtime::expect_output(o.recv_topk_idx, specs.recv_topk_idx, "recv_topk_idx", info.device);
   o.recv_topk_weights = tensor_ref(recv_topk_weights, "recv_topk_weights");
   runtime::expect_output(o.recv_topk_weights, specs.recv_topk_weights, "recv_topk_weights", info.device);
-  o.recv_channel_prefix_matrix = st.rcpm;
-  o.recv_src_idx = src_idx_of(st, M);
-  o.send_head = st.send_head;
   if (!g.ht) no_gpu("anyep_ht_dispatch", "needs a GPU (every argument check passed)");
-  g.ht->dispatch(in, p, M, st.rpm, st.cpm, o, stream);
+  if (g.internode()) {
+    o.recv_channel_prefix_matrix = st.net.rcpm;
+    o.recv_src_idx = st.net.src_idx;
+    o.recv_src_idx.shape[0] = M;
+    o.send_head = st.net.send_head;
+    o.send_head.shape[0] = st.route.forward_rows;
+    g.ht->internode_dispatch(st.route, st.net, x, scales, weights, st.options.dispatch, st.options.expert_alignment, o,
+                             stream);
+  } else {
+    o.recv_channel_prefix_matrix = st.rcpm;
+    o.recv_src_idx = src_idx_of(st, M);
+    o.send_head = st.send_head;
+    g.ht->dispatch(dispatch_in(*h, st, x, scales, weights), p, M, st.rpm, st.cpm, o, stream);
+  }
   h->dispatched = true;
   g.ht_awaiting_dispatch = 0;
+}
+
+// Internode combine: the checks here and the node's (on the GPU), then the runtime's.
+void combine_internode(const Handle& h, const HTState& st, const TensorRef& x, const TensorRef& weights, int64_t M,
+                       const anyep_tensor_t* out_c, const anyep_tensor_t* out_weights_c, void* stream) {
+  const Group& g = *h.group;
+  const int dev = g.ht ? g.device : x.device;
+  runtime::expect_tensor(x, "x", DType::kBFloat16, 2, dev);
+  runtime::expect(x.shape[0] == M, [&] {
+    return "x has " + to_string(x.shape[0]) + " rows; the handle's dispatch received " + to_string(M) +
+           " (combine takes the dispatch's recv_x layout)";
+  });
+  if (weights.present()) {
+    runtime::expect_tensor(weights, "topk_weights", DType::kFloat32, 2, dev);
+    runtime::expect(weights.shape[0] == M && weights.shape[1] == h.num_topk, [&] {
+      return "topk_weights must be [" + to_string(M) + ", " + to_string(h.num_topk) + "], got " +
+             runtime::shape_str(weights);
+    });
+  }
+  const TensorRef out = tensor_ref(out_c, "out");
+  runtime::expect_output(out, runtime::contiguous_spec(DType::kBFloat16, {h.num_tokens, g.spec.hidden}), "out", dev);
+  TensorRef out_w;
+  if (weights.present()) {
+    out_w = tensor_ref(out_weights_c, "out_topk_weights");
+    runtime::expect_output(out_w, runtime::contiguous_spec(DType::kFloat32, {h.num_tokens, h.num_topk}),
+                           "out_topk_weights", dev);
+  } else if (out_weights_c) {
+    throw InvalidArgument("out_topk_weights must be NULL when topk_weights is NULL");
+  }
+  if (!g.ht) no_gpu("anyep_ht_combine", "needs a GPU (every argument check passed)");
+  g.ht->internode_combine(st.route, st.net, x, weights, st.options.combine, out, out_w, stream);
 }
 
 void combine(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tensor_t* weights_c,
@@ -278,6 +404,7 @@ void combine(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tenso
   if (M > most)
     throw InvalidArgument("x has " + to_string(M) + " rows, more than a rank can receive (num_ranks x " +
                           "max_tokens_per_rank = " + to_string(most) + ")");
+  if (g.internode()) return combine_internode(*h, st, in.x, in.topk_weights, M, out_c, out_weights_c, stream);
   in.src_idx = src_idx_of(st, M);
   in.rank_prefix_matrix = st.rpm;
   in.recv_channel_prefix_matrix = st.rcpm;
@@ -344,7 +471,8 @@ extern "C" anyepStatus anyep_ht_get_dispatch_outputs(anyep_handle_t handle, anye
     std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_HT, "anyep_ht_get_dispatch_outputs");
     const HTState& st = counted(*h, "anyep_ht_get_dispatch_outputs");
     const Group& g = *h->group;
-    const runtime::HTDispatchOutSpecs o = runtime::ht_dispatch_outputs(st.plan, st.num_recv, g.ht->info());
+    const runtime::HTDispatchOutSpecs o =
+        runtime::ht_dispatch_outputs(g.internode() ? st.route.node_plan : st.plan, st.num_recv, g.ht->info());
     if (recv_x) *recv_x = to_c_tensor(o.recv_x, g.device);
     if (recv_scales) *recv_scales = to_c_tensor(o.recv_x_scales, g.device);
     if (recv_topk_idx) *recv_topk_idx = to_c_tensor(o.recv_topk_idx, g.device);

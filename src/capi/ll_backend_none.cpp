@@ -12,6 +12,9 @@ constexpr const char* kNoCuda =
 
 std::unique_ptr<LLBackend> make_ll_backend(const GroupSpec&, int, transport::Bootstrap&) { throw Unsupported(kNoCuda); }
 std::unique_ptr<HTBackend> make_ht_backend(const GroupSpec&, int, transport::Bootstrap&) { throw Unsupported(kNoCuda); }
+std::unique_ptr<HTBackend> make_ht_internode_backend(const GroupSpec&, int, int, transport::Bootstrap&) {
+  throw Unsupported(kNoCuda);
+}
 
 int device_count(std::string* why) {
   if (why) *why = "no GPU: this anyep library was built without CUDA (ANYEP_CUDA=OFF)";

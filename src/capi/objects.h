@@ -24,6 +24,8 @@ struct Group {
   std::unique_ptr<transport::Bootstrap> boot;
   std::unique_ptr<LLBackend> ll;  // null in a GPU-free group or without LL in the mode
   std::unique_ptr<HTBackend> ht;  // null in a GPU-free group or without HT in the mode
+  int ht_ranks = 0;               // with HT: the ranks of a node (num_ranks: all on one node)
+  bool internode() const { return ht_ranks > 0 && ht_ranks < spec.num_ranks; }
   // The HT handle whose counts were exchanged and whose dispatch has not run: the HT protocol
   // needs that dispatch to be the group's next HT call on every rank (0: none).
   uint64_t ht_awaiting_dispatch = 0;
@@ -42,13 +44,18 @@ struct Group {
 // (num_tokens_per_rank [R], num_tokens_per_expert [E], is_token_in_rank [N, R]), the tables
 // (rank_prefix_matrix [R, R], channel_prefix_matrix and recv_channel_prefix_matrix [R, C],
 // send_head [N, R]) and recv_src_idx for the most rows a rank can receive (R * T).
+//
+// Internode (the group's ranks on several nodes), the memory holds the pass's tables instead
+// (runtime::HTInternodeTables: the node routing, then the node's intranode tables over k ranks).
 struct HTState {
   HTOptions options;
   runtime::TensorRef ntpr, ntpe, itir, rpm, cpm, rcpm, send_head, src_idx;
-  runtime::HTDispatchPlan plan;  // the plan the counts were exchanged for
-  int64_t num_recv = -1;         // M; -1 in a GPU-free group (no counts)
-  std::vector<int> per_expert;   // aligned rows per local expert
-  uint64_t scale_cols = 0;       // FP8: x_scales columns (H/128 float32, H/512 int32 with UE8M0)
+  runtime::HTInternodeTables net;   // internode
+  runtime::HTInternodeRoute route;  // internode: what the routing found (GPU groups)
+  runtime::HTDispatchPlan plan;     // the plan the counts were exchanged for
+  int64_t num_recv = -1;            // M; -1 in a GPU-free group (no counts)
+  std::vector<int> per_expert;      // aligned rows per local expert
+  uint64_t scale_cols = 0;          // FP8: x_scales columns (H/128 float32, H/512 int32 with UE8M0)
   runtime::DType scale_dtype = runtime::DType::kOther;
 };
 

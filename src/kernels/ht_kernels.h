@@ -128,8 +128,81 @@ struct NetArgs {
   uint8_t* out = nullptr;                // [sum recv_rows, row_bytes] (kCopyOut)
 };
 
+// ---- The internode composition (runtime/ht_internode.h) -----------------------------------
+// Rows of the rail exchange are built from column segments of a call's tensors and taken apart
+// into them again; combine's rows are summed per token at home. The exchange (NetArgs) never
+// knows what a row holds; these kernels do.
+
+// Which tokens go to which node in a dispatch: token t goes to node n, once, when one of its
+// top-k experts is there (experts_per_node consecutive experts per node). Its row in node n's
+// block is its rank among those tokens. An expert outside [-1, num_experts) is reported
+// (kErrBadExpert) and skipped.
+struct RouteArgs {
+  const int64_t* topk_idx = nullptr;  // [N, K]
+  int num_tokens = 0, num_topk = 0, nodes = 1;
+  int64_t num_experts = 0, experts_per_node = 0;
+  int32_t* pos = nullptr;        // [nodes, N] out: the token's row in node n's block; -1: not sent
+  int64_t* send_rows = nullptr;  // [nodes] out: rows of each block
+  ll::ErrorRecord* err = nullptr;
+  int rank = 0;
+};
+
+// One column segment of an exchange row: `words` 4-byte words. Word w of tensor row r lives at
+// base + r * row_stride + w * word_stride (bytes; strided FP8 scales included), and at byte
+// offset + 4 w of the exchange row. Unpacking int64 expert ids may renumber them for the node:
+// ids in [renumber_base, renumber_base + renumber_span) become id - renumber_base, others -1.
+struct RowSegment {
+  uint8_t* base = nullptr;
+  int64_t row_stride = 0, word_stride = 4;
+  int32_t words = 0, offset = 0;
+  int64_t renumber_base = 0, renumber_span = -1;  // span < 0: copy as is
+};
+inline constexpr int kMaxRowSegments = 4;
+
+// Tensor rows -> the send area: row r goes to node n at row pos[n][r] (dispatch), or, with pos
+// null, rows come node by node (node_rows[n] each, in order: combine's way back).
+struct PackArgs {
+  RowSegment seg[kMaxRowSegments];
+  int num_segments = 0;
+  int num_rows = 0;  // tensor rows
+  int nodes = 1;
+  const int32_t* pos = nullptr;        // [nodes, num_rows] or null
+  const int64_t* node_rows = nullptr;  // [nodes] (pos null)
+  uint64_t row_bytes = 0;              // exchange row, a multiple of 16
+  uint8_t* send_area = nullptr;        // block n's first row at send_area + n * block_bytes
+  uint64_t block_bytes = 0;
+  int64_t capacity = 0;  // rows a block holds: rows past it are not written (the exchange reports them)
+};
+
+// Exchange rows ([num_rows, row_bytes], contiguous) -> tensor rows.
+struct UnpackArgs {
+  RowSegment seg[kMaxRowSegments];
+  int num_segments = 0;
+  int num_rows = 0;
+  const uint8_t* rows = nullptr;
+  uint64_t row_bytes = 0;
+};
+
+// Combine at home: out[t] = the sum over nodes n with pos[n][t] >= 0 of the BF16 row that node
+// sent back (node n's rows start at the sum of send_rows[< n]), in float in node order, rounded
+// to BF16 once; the float top-k weights at weights_offset are summed the same way.
+struct HomeSumArgs {
+  const uint8_t* rows = nullptr;  // [sum send_rows, row_bytes]
+  uint64_t row_bytes = 0;
+  const int32_t* pos = nullptr;        // [nodes, N]
+  const int64_t* send_rows = nullptr;  // [nodes]
+  int num_tokens = 0, nodes = 1, hidden = 0, num_topk = 0;
+  uint64_t weights_offset = 0;
+  uint16_t* out = nullptr;       // bf16 [N, hidden]
+  float* out_weights = nullptr;  // [N, K] or null
+};
+
 #if ANYEP_HAVE_GPU_RUNTIME
 cudaError_t launch_net(const NetArgs& a, NetStep step, cudaStream_t stream);
+cudaError_t launch_route(const RouteArgs& a, cudaStream_t stream);
+cudaError_t launch_pack(const PackArgs& a, cudaStream_t stream);
+cudaError_t launch_unpack(const UnpackArgs& a, cudaStream_t stream);
+cudaError_t launch_home_sum(const HomeSumArgs& a, cudaStream_t stream);
 // Zeroes the outputs and counts on `stream`, then one pass over topk_idx. No sync.
 cudaError_t launch_layout(const LayoutArgs& a, cudaStream_t stream);
 // Barrier, counts to every peer, barrier, prefix sums; channel prefix sums in other blocks.

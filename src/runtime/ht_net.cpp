@@ -201,6 +201,12 @@ void HTNet::check_error() const {
   const ll::ErrorRecord e = *err_host_;
   using std::to_string;
   std::string m = "anyep HT internode: rank " + to_string(e.rank) + ": ";
+  if (code == ht::kErrBadExpert) {
+    // Bad input, not a broken exchange: raised once (the record cleared), as HTBuffer does.
+    std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
+    throw InvalidArgument(m + "topk_idx holds expert " + to_string(e.expert) + " (token " + to_string(e.value) +
+                          "), outside [-1, num_experts); its routing skips it");
+  }
   switch (code) {
     case ht::kErrNetTimeout:
       m += std::string("timed out waiting for rank ") + to_string(e.peer) + " (node " + to_string(e.expert) +

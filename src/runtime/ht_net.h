@@ -50,6 +50,8 @@ class HTNet {
             cudaStream_t stream);
   void finish(const int64_t* recv_rows, uint8_t* out, uint64_t row_bytes, cudaStream_t stream);
 
+  // Device view of the error record (also for the internode composition's kernels, ht_internode.h).
+  ll::ErrorRecord* error_record() const { return err_dev_; }
   void check_error() const;
   void destroy();
 

@@ -277,19 +277,50 @@ TEST(CApiGroupMp, DestroyWithARankGoneFailsNamingItAndStillFrees) {
 
 }  // namespace
 
-// Ranks on several nodes (here emulated: ANYEP_HT_RANKS_PER_NODE=1) are refused by the C API's
-// HT mode on every rank, saying where the internode path is.
-TEST(CApiGroupMp, HtGroupAcrossNodesIsRefusedOnEveryRank) {
-  auto res = run_ranks(
-      2,
-      [](Rank& r) {
-        ::setenv("ANYEP_HT_RANKS_PER_NODE", "1", 1);
-        anyep_config_t c = tcp_config(r);
-        c.mode = ANYEP_MODE_HT;
-        anyep_group_t g = nullptr;
-        expect_refusal(anyep_group_create(&c, &g), anyepUnsupported, "the 2 ranks form 2 nodes of 1");
-        ANYEP_MP_CHECK(g == nullptr, "a refused group_create left a group");
-      },
-      no_bootstrap());
-  EXPECT_TRUE(res.ok()) << res.summary();
+// GPU-free groups whose ranks form several nodes (ANYEP_HT_RANKS_PER_NODE): 2 processes as 2
+// nodes, 4 as 2 nodes of 2. Created on every rank; an HT handle runs the routing's checks; the
+// internode dispatch checks its inputs and outputs (a wrong topk_weights shape is named) and is
+// refused only for the missing GPU, as is combine.
+TEST(CApiGroupMp, HtGroupAcrossNodesChecksEveryCallWithoutGpu) {
+  for (int ranks : {2, 4}) {
+    auto res = run_ranks(
+        ranks,
+        [](Rank& r) {
+          static unsigned char fake[64];
+          ::setenv("ANYEP_HT_RANKS_PER_NODE", r.size == 2 ? "1" : "2", 1);
+          anyep_config_t c = tcp_config(r);
+          c.mode = ANYEP_MODE_HT;
+          anyep_group_t g = nullptr;
+          anyepStatus s = anyep_group_create(&c, &g);
+          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          auto t = [](anyep_dtype_t dtype, int64_t a, int64_t b) {
+            anyep_tensor_t x;
+            std::memset(&x, 0, sizeof x);
+            x.data = fake;
+            x.dtype = dtype;
+            x.ndim = 2;
+            x.shape[0] = a;
+            x.shape[1] = b;
+            return x;
+          };
+          const anyep_tensor_t idx = t(ANYEP_INT64, 8, 2), x = t(ANYEP_BFLOAT16, 8, 512), w = t(ANYEP_FLOAT32, 8, 2);
+          const anyep_tensor_t bad_w = t(ANYEP_FLOAT32, 8, 3);
+          const anyep_tensor_t rx = t(ANYEP_BFLOAT16, 5, 512), ri = t(ANYEP_INT64, 5, 2), rw = t(ANYEP_FLOAT32, 5, 2);
+          anyep_handle_t h = nullptr;
+          s = anyep_ht_handle_create(g, &idx, nullptr, nullptr, &h);
+          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          expect_refusal(anyep_ht_dispatch(h, &x, nullptr, &bad_w, &rx, nullptr, &ri, &rw, nullptr),
+                         anyepInvalidArgument, "topk_weights must be float32 [8, 2]");
+          expect_refusal(anyep_ht_dispatch(h, &x, nullptr, &w, &rx, nullptr, &ri, &rw, nullptr), anyepUnsupported,
+                         "no GPU");
+          const anyep_tensor_t out = t(ANYEP_BFLOAT16, 8, 512);
+          expect_refusal(anyep_ht_combine(h, &rx, nullptr, &out, nullptr, nullptr), anyepUnsupported, "no GPU");
+          s = anyep_handle_destroy(h);
+          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          s = anyep_group_destroy(g);
+          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+        },
+        no_bootstrap());
+    EXPECT_TRUE(res.ok()) << ranks << " ranks\n" << res.summary();
+  }
 }

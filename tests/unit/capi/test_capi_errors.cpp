@@ -155,14 +155,14 @@ struct ConfigCase {
 TEST(CApi, EveryConfigFieldIsChecked) {
   const ConfigCase cases[] = {
       {"mode out of enum", [](anyep_config_t& c) { set_raw(c.mode, 7); }, anyepInvalidArgument, {"cfg->mode is 7"}},
-      {"HT mode past 16 ranks",
+      {"HT mode past 64 nodes of 16 ranks",
        [](anyep_config_t& c) {
          c.mode = ANYEP_MODE_HT;
-         c.num_ranks = 17;
-         c.num_experts = 34;
+         c.num_ranks = 1025;
+         c.num_experts = 2050;
        },
        anyepUnsupported,
-       {"cfg->num_ranks is 17", "ANYEP_MODE_HT", "at most 16 ranks"}},
+       {"cfg->num_ranks is 1025", "ANYEP_MODE_HT", "at most 1024 ranks (64 nodes of 16)"}},
       {"HT buffer below its control data",
        [](anyep_config_t& c) {
          c.mode = ANYEP_MODE_BOTH;
