@@ -146,7 +146,6 @@ class Buffer:
         self._combine_buffers = {}
         self._ll = None
         self._ht = None
-        self._net = None
         self._internode = None
         self.runtime = None
         self._destroyed = False
@@ -183,14 +182,10 @@ class Buffer:
                              "between nodes needs num_rdma_bytes > 0 for its exchange region (docs/ht.md, "
                              "\"Internode\")")
         from .internode import Internode
-        net = _ext().HTNet(self.rank, self.group_size, k, num_rdma_bytes)
-        self._net = net
-        net.connect(self._allgather_bytes)
-        node = self.rank // k
-        self._ht = _ext().HTBuffer(self.rank % k, k, num_nvl_bytes)
-        infos = self._allgather(self._ht.local_info())
-        self._ht.connect(infos[node * k:(node + 1) * k])
-        self._internode = Internode(self.rank, self.group_size, net, self._ht)
+        rt = _ext().HTInternode(self.rank, self.group_size, k, num_nvl_bytes, num_rdma_bytes)
+        self._ht = rt
+        rt.connect(self._allgather(rt.local_info()), self._allgather_bytes)
+        self._internode = Internode(self.rank, self.group_size, rt)
 
     def _allgather(self, obj) -> list:
         """Every rank's `obj`, indexed by rank, over the group (or the mpi4py comm)."""
@@ -388,8 +383,7 @@ class Buffer:
             self._ll.destroy()
             self._ll = None
         if self._internode is not None:
-            self._internode.destroy()
-            self._internode = self._net = None
+            self._internode = None  # its runtime is self._ht, destroyed below
         if self._ht is not None:
             self._ht.destroy()
             self._ht = None
@@ -430,8 +424,6 @@ class Buffer:
             raise RuntimeError("anyep: the Buffer has neither a low-latency nor a high-throughput region")
         if self._ht is not None:
             self._ht.check_error()
-        if self._net is not None:
-            self._net.check_error()
         if self._ll is not None:
             self._ll.check_error()
 

@@ -17,7 +17,7 @@
 #include "common/host_identity.h"
 #include "py_bootstrap.h"
 #include "runtime/ht_buffer.h"
-#include "runtime/ht_net.h"
+#include "runtime/ht_internode.h"
 #include "runtime/ht_topology.h"
 #include "tensor_convert.h"
 
@@ -155,62 +155,171 @@ class HTBuffer {
   std::shared_ptr<rt::HTBuffer> rt_;
 };
 
-// The internode path's rail exchange (runtime/ht_net.h). Python packs rows into the send area
-// (region() views) between begin() and send(); the int64 [nodes] row counts stay on the device.
-class HTNet {
+// One internode pass: its tables (torch tensors, kept by the Python handle for combine and a
+// cached dispatch) and what its routing found.
+class InternodePass {
  public:
-  HTNet(int rank, int num_ranks, int ranks_per_node, int64_t num_bytes)
-      : rt_(std::make_shared<rt::HTNet>(rank, num_ranks, ranks_per_node, num_bytes, c10::cuda::current_device())),
+  rt::HTInternodeRoute route;
+  at::Tensor pos, send_rows, recv_rows, topk_node, ntpr, ntpe, itir, rpm, cpm, rcpm, send_head, src_idx;
+
+  rt::HTInternodeTables tables() const {
+    rt::HTInternodeTables t;
+    t.pos = ref(pos, "pos");
+    t.send_rows = ref(send_rows, "send_rows");
+    t.recv_rows = ref(recv_rows, "recv_rows");
+    t.topk_node = ref(topk_node, "topk_node");
+    t.ntpr = ref(ntpr, "ntpr");
+    t.ntpe = ref(ntpe, "ntpe");
+    t.itir = ref(itir, "itir");
+    t.rpm = ref(rpm, "rpm");
+    t.cpm = ref(cpm, "cpm");
+    t.rcpm = ref(rcpm, "rcpm");
+    t.send_head = ref(send_head, "send_head");
+    t.src_idx = ref(src_idx, "src_idx");
+    return t;
+  }
+  int64_t num_tokens() const { return route.num_tokens; }
+  int64_t num_recv() const { return route.num_recv; }
+  // The rows this rank sent to / got from each node (device int64 [nodes]).
+  at::Tensor rows_sent() const { return send_rows; }
+  at::Tensor rows_received() const { return recv_rows; }
+};
+
+// The internode path (runtime/ht_internode.h): the rail exchange through the proxy and the node's
+// intranode buffer, composed in C++; torch allocates every table and output here.
+class HTInternode {
+ public:
+  HTInternode(int rank, int num_ranks, int ranks_per_node, int64_t nvl_bytes, int64_t rdma_bytes)
+      : rt_(std::make_shared<rt::HTInternode>(rank, num_ranks, ranks_per_node, nvl_bytes, rdma_bytes,
+                                              c10::cuda::current_device())),
         rank_(rank),
         num_ranks_(num_ranks) {}
 
-  void connect(py::object allgather) {
+  py::bytes local_info() const {
+    const auto v = rt_->local_info();
+    return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+  }
+  void connect(const std::vector<std::string>& infos, py::object allgather) {
+    std::vector<std::vector<uint8_t>> v;
+    for (const auto& s : infos) v.emplace_back(s.begin(), s.end());
     const auto boot = make_py_bootstrap(rank_, num_ranks_, std::move(allgather));
-    rt_->connect(*boot);
+    rt_->connect(v, *boot);
   }
   std::string describe_paths() const { return rt_->describe_paths(); }
   int nodes() const { return rt_->nodes(); }
   int ranks_per_node() const { return rt_->ranks_per_node(); }
-  bool host_staged() const { return rt_->host_staged(); }
   void check_error() const { rt_->check_error(); }
   void destroy() { rt_->destroy(); }
-  // The whole region as uint8 on the buffer's device (a view: valid until destroy()).
-  at::Tensor region() const {
-    return at::from_blob(rt_->region(), {static_cast<int64_t>(rt_->num_bytes())},
-                         at::TensorOptions().dtype(at::kByte).device(at::kCUDA, rt_->device()));
+
+  py::tuple dispatch(const at::Tensor& x, const OptT& x_scales, const at::Tensor& topk_idx, const OptT& topk_weights,
+                     int64_t num_experts, int64_t expert_alignment, int64_t num_worst_tokens, int64_t num_sms,
+                     int64_t chunk_send, int64_t chunk_recv, uintptr_t stream) {
+    const rt::TensorRef xr = ref(x, "x"), sr = ref(x_scales, "x_scales"), ir = ref(topk_idx, "topk_idx");
+    if (xr.ndim != 2)
+      throw InvalidArgument("anyep HT internode: x must be 2-D [num_tokens, hidden], got " + rt::shape_str(xr));
+    if (ir.ndim != 2 || ir.shape[0] != xr.shape[0])
+      throw InvalidArgument("anyep HT internode: topk_idx must be [" + std::to_string(xr.shape[0]) +
+                            ", num_topk], got " + rt::shape_str(ir));
+    rt::HTInternodeRows rows;
+    rows.hidden = xr.shape[1];
+    rows.x_dtype = xr.dtype;
+    if (sr.present()) {
+      if (sr.ndim != 2) throw InvalidArgument("anyep HT internode: x_scales must be 2-D, got " + rt::shape_str(sr));
+      rows.scale_dtype = sr.dtype;
+      rows.scale_cols = sr.shape[1];
+    }
+    c10::cuda::CUDAGuard guard(rt_->device());
+    const cudaStream_t s = stream_or_current(stream);
+    const int64_t N = xr.shape[0], K = ir.shape[1], nodes = rt_->nodes(), k = rt_->ranks_per_node();
+    const auto o = x.options();
+    const auto i32 = o.dtype(at::kInt), i64 = o.dtype(at::kLong);
+    // Absent weights travel as zeros (the node stage needs a weight per slot); returned as None.
+    const at::Tensor weights = topk_weights ? *topk_weights : at::zeros({N, K}, o.dtype(at::kFloat));
+    auto pass = std::make_shared<InternodePass>();
+    pass->pos = at::empty({nodes, N}, i32);
+    pass->send_rows = at::empty({nodes}, i64);
+    pass->recv_rows = at::empty({nodes}, i64);
+    rt::HTInternodeCounts counts;
+    {
+      py::gil_scoped_release nogil;  // the host waits for the rail peers' counts
+      counts = rt_->route_send(ir, num_experts, rows, pass->tables(), s);
+    }
+    // The node stage's tables, sized now that the forwarded rows are known.
+    const int64_t m1 = counts.forward_rows;
+    ht::Geometry g;
+    if (const char* why = ht::make_geometry(
+            static_cast<int>(k), static_cast<int>(num_sms), static_cast<int>(chunk_send), static_cast<int>(chunk_recv),
+            ht::dispatch_slot_bytes(static_cast<uint64_t>(rows.hidden) * rt::dtype_bytes(rows.x_dtype),
+                                    static_cast<int>(rows.scale_cols), static_cast<int>(K)),
+            &g))
+      throw InvalidArgument(std::string("anyep HT internode: the config: ") + why);
+    pass->topk_node = at::empty({m1, K}, i64);
+    pass->ntpr = at::empty({k}, i32);
+    pass->ntpe = at::empty({num_experts / num_ranks_ * k}, i32);
+    pass->itir = at::empty({m1, k}, o.dtype(at::kBool));
+    pass->rpm = at::empty({k, k}, i32);
+    pass->cpm = at::empty({k, g.channels}, i32);
+    pass->rcpm = at::empty({k, g.channels}, i32);
+    pass->send_head = at::empty({m1, k}, i32);
+    pass->src_idx = at::empty({0}, i32);
+    {
+      py::gil_scoped_release nogil;  // the host waits for the node's counts
+      pass->route = rt_->route_finish(counts, pass->tables(), config_of(num_sms, chunk_send, chunk_recv),
+                                      expert_alignment, num_worst_tokens, s);
+    }
+    const rt::HTDispatchOutSpecs spec =
+        rt::ht_dispatch_outputs(pass->route.node_plan, pass->route.num_recv, rt_->node_info());
+    at::Tensor recv_x = allocate(spec.recv_x, o);
+    at::Tensor recv_scales = maybe_allocate(spec.recv_x_scales, o);
+    at::Tensor recv_topk_idx = maybe_allocate(spec.recv_topk_idx, o);
+    at::Tensor recv_topk_weights = maybe_allocate(spec.recv_topk_weights, o);
+    pass->src_idx = allocate(spec.recv_src_idx, o);
+    rt::HTDispatchOut out;
+    out.recv_x = ref(recv_x, "recv_x");
+    out.recv_x_scales = ref(recv_scales, "recv_x_scales");
+    out.recv_topk_idx = ref(recv_topk_idx, "recv_topk_idx");
+    out.recv_topk_weights = ref(recv_topk_weights, "recv_topk_weights");
+    out.recv_channel_prefix_matrix = ref(pass->rcpm, "recv_channel_prefix_matrix");
+    out.recv_src_idx = ref(pass->src_idx, "recv_src_idx");
+    out.send_head = ref(pass->send_head, "send_head");
+    rt_->dispatch(pass->route, pass->tables(), xr, sr, ref(weights, "topk_weights"), out, s);
+    py::list per_expert;
+    for (int v : pass->route.per_expert) per_expert.append(v);
+    const py::object recv_w = topk_weights ? or_none(recv_topk_weights) : py::object(py::none());
+    return py::make_tuple(recv_x, or_none(recv_scales), recv_topk_idx, recv_w, per_expert, pass);
   }
-  int64_t block_bytes() const { return static_cast<int64_t>(rt_->exchange().block_bytes()); }
-  int64_t send_off(int n) const { return static_cast<int64_t>(rt_->exchange().send_off(n)); }
-  int64_t header_bytes() const { return static_cast<int64_t>(ht::internode::kBlockHeaderBytes); }
-  void check_fits(int64_t rows, int64_t row_bytes, const std::string& what) const {
-    rt_->check_fits(rows, static_cast<uint64_t>(row_bytes), what.c_str());
+
+  py::tuple cached_dispatch(const at::Tensor& x, const OptT& x_scales, const std::shared_ptr<InternodePass>& pass,
+                            uintptr_t stream) {
+    c10::cuda::CUDAGuard guard(rt_->device());
+    const auto o = x.options();
+    const rt::HTInternodeRoute& r = pass->route;
+    // x may have another dtype than the handle's dispatch (FP8 with scales, or BF16), as in DeepEP.
+    at::Tensor recv_x = at::empty({r.num_recv, x.dim() == 2 ? x.size(1) : 0}, o);
+    at::Tensor recv_scales;
+    if (x_scales && x_scales->dim() == 2) recv_scales = at::empty({r.num_recv, x_scales->size(1)}, x_scales->options());
+    rt_->cached_dispatch(r, pass->tables(), ref(x, "x"), ref(x_scales, "x_scales"), ref(recv_x, "recv_x"),
+                         ref(recv_scales, "recv_x_scales"), stream_or_current(stream));
+    return py::make_tuple(recv_x, or_none(recv_scales));
   }
-  void begin(uintptr_t stream) { rt_->begin(stream_or_current(stream)); }
-  void send(const at::Tensor& send_rows, const OptT& expect_rows, const at::Tensor& recv_rows, int64_t row_bytes,
-            uintptr_t stream) {
-    check_rows(send_rows, "send_rows");
-    check_rows(recv_rows, "recv_rows");
-    if (expect_rows) check_rows(*expect_rows, "expect_rows");
-    rt_->send(send_rows.data_ptr<int64_t>(), expect_rows ? expect_rows->data_ptr<int64_t>() : nullptr,
-              recv_rows.data_ptr<int64_t>(), static_cast<uint64_t>(row_bytes), stream_or_current(stream));
-  }
-  void finish(const at::Tensor& recv_rows, const at::Tensor& out, int64_t row_bytes, uintptr_t stream) {
-    check_rows(recv_rows, "recv_rows");
-    if (out.scalar_type() != at::kByte || !out.is_cuda() || !out.is_contiguous() || out.dim() != 2 ||
-        out.size(1) != row_bytes)
-      throw InvalidArgument("anyep HT internode: out must be a contiguous CUDA uint8 [rows, " +
-                            std::to_string(row_bytes) + "] tensor");
-    rt_->finish(recv_rows.data_ptr<int64_t>(), out.data_ptr<uint8_t>(), static_cast<uint64_t>(row_bytes),
-                stream_or_current(stream));
+
+  py::tuple combine(const at::Tensor& x, const OptT& topk_weights, const OptT& bias0, const OptT& bias1,
+                    const std::shared_ptr<InternodePass>& pass, int64_t num_sms, int64_t chunk_send, int64_t chunk_recv,
+                    uintptr_t stream) {
+    c10::cuda::CUDAGuard guard(rt_->device());
+    const auto o = x.options();
+    const rt::HTInternodeRoute& r = pass->route;
+    at::Tensor out = at::empty({r.num_tokens, r.rows.hidden}, o.dtype(at::kBFloat16));
+    at::Tensor out_w;
+    if (topk_weights) out_w = at::empty({r.num_tokens, r.num_topk}, o.dtype(at::kFloat));
+    rt_->combine(r, pass->tables(), ref(x, "x"), ref(topk_weights, "topk_weights"), ref(bias0, "bias[0]"),
+                 ref(bias1, "bias[1]"), config_of(num_sms, chunk_send, chunk_recv), ref(out, "combined_x"),
+                 ref(out_w, "combined_topk_weights"), stream_or_current(stream));
+    return py::make_tuple(out, or_none(out_w));
   }
 
  private:
-  void check_rows(const at::Tensor& t, const char* name) const {
-    if (t.scalar_type() != at::kLong || !t.is_cuda() || !t.is_contiguous() || t.numel() != rt_->nodes())
-      throw InvalidArgument(std::string("anyep HT internode: ") + name + " must be a contiguous CUDA int64 tensor of " +
-                            std::to_string(rt_->nodes()) + " elements (one per node)");
-  }
-  std::shared_ptr<rt::HTNet> rt_;
+  std::shared_ptr<rt::HTInternode> rt_;
   int rank_, num_ranks_;
 };
 
@@ -224,25 +333,30 @@ void register_ht(py::module_& m) {
         return rt::ht_ranks_per_node(ids, static_cast<int>(env::get_count("ANYEP_HT_RANKS_PER_NODE")));
       },
       py::arg("host_ids"));
-  py::class_<HTNet>(m, "HTNet")
-      .def(py::init<int, int, int, int64_t>(), py::arg("rank"), py::arg("num_ranks"), py::arg("ranks_per_node"),
-           py::arg("num_bytes"))
-      .def("connect", &HTNet::connect, py::arg("allgather"))
-      .def("describe_paths", &HTNet::describe_paths)
-      .def("nodes", &HTNet::nodes)
-      .def("ranks_per_node", &HTNet::ranks_per_node)
-      .def("host_staged", &HTNet::host_staged)
-      .def("check_error", &HTNet::check_error)
-      .def("destroy", &HTNet::destroy)
-      .def("region", &HTNet::region)
-      .def("block_bytes", &HTNet::block_bytes)
-      .def("send_off", &HTNet::send_off, py::arg("node"))
-      .def("header_bytes", &HTNet::header_bytes)
-      .def("check_fits", &HTNet::check_fits, py::arg("rows"), py::arg("row_bytes"), py::arg("what"))
-      .def("begin", &HTNet::begin, py::arg("stream") = 0)
-      .def("send", &HTNet::send, py::arg("send_rows"), py::arg("expect_rows"), py::arg("recv_rows"),
-           py::arg("row_bytes"), py::arg("stream") = 0)
-      .def("finish", &HTNet::finish, py::arg("recv_rows"), py::arg("out"), py::arg("row_bytes"), py::arg("stream") = 0);
+  py::class_<InternodePass, std::shared_ptr<InternodePass>>(m, "InternodePass")
+      .def("num_tokens", &InternodePass::num_tokens)
+      .def("num_recv", &InternodePass::num_recv)
+      .def("rows_sent", &InternodePass::rows_sent)
+      .def("rows_received", &InternodePass::rows_received);
+  py::class_<HTInternode>(m, "HTInternode")
+      .def(py::init<int, int, int, int64_t, int64_t>(), py::arg("rank"), py::arg("num_ranks"),
+           py::arg("ranks_per_node"), py::arg("nvl_bytes"), py::arg("rdma_bytes"))
+      .def("local_info", &HTInternode::local_info)
+      .def("connect", &HTInternode::connect, py::arg("infos"), py::arg("allgather"))
+      .def("describe_paths", &HTInternode::describe_paths)
+      .def("nodes", &HTInternode::nodes)
+      .def("ranks_per_node", &HTInternode::ranks_per_node)
+      .def("check_error", &HTInternode::check_error)
+      .def("destroy", &HTInternode::destroy)
+      .def("dispatch", &HTInternode::dispatch, py::arg("x"), py::arg("x_scales"), py::arg("topk_idx"),
+           py::arg("topk_weights"), py::arg("num_experts"), py::arg("expert_alignment"), py::arg("num_worst_tokens"),
+           py::arg("num_sms"), py::arg("num_max_nvl_chunked_send_tokens"), py::arg("num_max_nvl_chunked_recv_tokens"),
+           py::arg("stream") = 0)
+      .def("cached_dispatch", &HTInternode::cached_dispatch, py::arg("x"), py::arg("x_scales"), py::arg("handle"),
+           py::arg("stream") = 0)
+      .def("combine", &HTInternode::combine, py::arg("x"), py::arg("topk_weights"), py::arg("bias_0"),
+           py::arg("bias_1"), py::arg("handle"), py::arg("num_sms"), py::arg("num_max_nvl_chunked_send_tokens"),
+           py::arg("num_max_nvl_chunked_recv_tokens"), py::arg("stream") = 0);
   m.def("ht_size_hint", &rt::ht_size_hint, py::arg("hidden_bytes"), py::arg("num_ranks"), py::arg("num_sms"),
         py::arg("num_max_nvl_chunked_recv_tokens"));
   py::class_<HTBuffer>(m, "HTBuffer")

@@ -75,20 +75,21 @@ class CudaHT final : public CudaBackend<HTBackend, runtime::HTBuffer> {
 class CudaHTInternode final : public CudaBackend<HTBackend, runtime::HTInternode> {
  public:
   CudaHTInternode(const GroupSpec& spec, int ranks_per_node, int device, transport::Bootstrap& boot)
-      : CudaBackend(device) {
-    runtime::HTInternodeShape shape;
-    shape.max_tokens = spec.max_tokens;
-    shape.hidden = spec.hidden;
-    shape.x_dtype = spec.dispatch_dtype;
+      : CudaBackend(device), num_experts_(spec.num_experts) {
+    rows_.hidden = spec.hidden;
+    rows_.x_dtype = spec.dispatch_dtype;
     if (spec.fp8()) {
-      shape.scale_dtype = spec.ue8m0 ? runtime::DType::kInt32 : runtime::DType::kFloat32;
-      shape.scale_cols = spec.ue8m0 ? spec.hidden / 512 : spec.hidden / 128;
+      rows_.scale_dtype = spec.ue8m0 ? runtime::DType::kInt32 : runtime::DType::kFloat32;
+      rows_.scale_cols = spec.ue8m0 ? spec.hidden / 512 : spec.hidden / 128;
     }
-    shape.num_experts = spec.num_experts;
+    const int nodes = spec.num_ranks / ranks_per_node;
     const std::vector<std::vector<uint8_t>> infos = build_and_exchange(boot, "HT buffers", [&] {
       DeviceGuard guard(device);
-      buf_ = std::make_unique<runtime::HTInternode>(spec.rank, spec.num_ranks, ranks_per_node, spec.ht_bytes, shape,
+      // The exchange region and the scratch rows for the worst case: every token to every node.
+      buf_ = std::make_unique<runtime::HTInternode>(spec.rank, spec.num_ranks, ranks_per_node, spec.ht_bytes,
+                                                    runtime::ht_internode_region_bytes(rows_, spec.max_tokens, nodes),
                                                     device);
+      buf_->reserve(int64_t(nodes) * spec.max_tokens, rows_);
       return buf_->local_info();
     });
     DeviceGuard guard(device);
@@ -119,21 +120,26 @@ class CudaHTInternode final : public CudaBackend<HTBackend, runtime::HTInternode
   runtime::HTInternodeRoute route(const runtime::TensorRef& topk_idx, const runtime::HTInternodeTables& t,
                                   const runtime::HTConfig& c, int64_t alignment, void* stream) override {
     DeviceGuard guard(device_);
-    return buf_->route(topk_idx, t, c, alignment, as_stream(stream));
+    const runtime::HTInternodeCounts counts = buf_->route_send(topk_idx, num_experts_, rows_, t, as_stream(stream));
+    return buf_->route_finish(counts, t, c, alignment, 0, as_stream(stream));
   }
   void internode_dispatch(const runtime::HTInternodeRoute& r, const runtime::HTInternodeTables& t,
                           const runtime::TensorRef& x, const runtime::TensorRef& scales,
                           const runtime::TensorRef& weights, const runtime::HTConfig& c, int64_t alignment,
                           const HTOutputs& o, void* stream) override {
     DeviceGuard guard(device_);
-    buf_->dispatch(r, t, x, scales, weights, c, alignment, dispatch_out(o), as_stream(stream));
+    buf_->dispatch(r, t, x, scales, weights, dispatch_out(o), as_stream(stream));
   }
   void internode_combine(const runtime::HTInternodeRoute& r, const runtime::HTInternodeTables& t,
                          const runtime::TensorRef& x, const runtime::TensorRef& weights, const runtime::HTConfig& c,
                          const runtime::TensorRef& out, const runtime::TensorRef& out_weights, void* stream) override {
     DeviceGuard guard(device_);
-    buf_->combine(r, t, x, weights, c, out, out_weights, as_stream(stream));
+    buf_->combine(r, t, x, weights, runtime::TensorRef(), runtime::TensorRef(), c, out, out_weights, as_stream(stream));
   }
+
+ private:
+  runtime::HTInternodeRows rows_;
+  int64_t num_experts_;
 };
 
 }  // namespace

@@ -148,6 +148,16 @@ __global__ void __launch_bounds__(kRowThreads) home_sum_kernel(HomeSumArgs a) {
           acc[2 * j + 1] += dev::bf16_to_float(w[j] >> 16);
         }
       }
+      const uint16_t* biases[2] = {a.bias0, a.bias1};
+      for (const uint16_t* b : biases) {
+        if (b == nullptr) continue;
+        const uint4 v = port::load16_read_once(b + int64_t(t) * a.hidden + int64_t(u) * 8);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        for (int j = 0; j < 4; ++j) {
+          acc[2 * j] += dev::bf16_to_float(w[j] & 0xffffu);
+          acc[2 * j + 1] += dev::bf16_to_float(w[j] >> 16);
+        }
+      }
       uint32_t o[4];
       for (int j = 0; j < 4; ++j) o[j] = dev::float_to_bf16(acc[2 * j]) | (dev::float_to_bf16(acc[2 * j + 1]) << 16);
       port::store16(a.out + int64_t(t) * a.hidden + int64_t(u) * 8, make_uint4(o[0], o[1], o[2], o[3]));

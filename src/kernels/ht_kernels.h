@@ -185,7 +185,8 @@ struct UnpackArgs {
 
 // Combine at home: out[t] = the sum over nodes n with pos[n][t] >= 0 of the BF16 row that node
 // sent back (node n's rows start at the sum of send_rows[< n]), in float in node order, rounded
-// to BF16 once; the float top-k weights at weights_offset are summed the same way.
+// to BF16 once (the biases added in float first); the float top-k weights at weights_offset are
+// summed the same way.
 struct HomeSumArgs {
   const uint8_t* rows = nullptr;  // [sum send_rows, row_bytes]
   uint64_t row_bytes = 0;
@@ -193,6 +194,8 @@ struct HomeSumArgs {
   const int64_t* send_rows = nullptr;  // [nodes]
   int num_tokens = 0, nodes = 1, hidden = 0, num_topk = 0;
   uint64_t weights_offset = 0;
+  const uint16_t* bias0 = nullptr;  // bf16 [N, hidden] or null: added in float before the rounding
+  const uint16_t* bias1 = nullptr;
   uint16_t* out = nullptr;       // bf16 [N, hidden]
   float* out_weights = nullptr;  // [N, K] or null
 };

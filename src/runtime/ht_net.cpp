@@ -38,13 +38,14 @@ HTNet::HTNet(int rank, int num_ranks, int ranks_per_node, int64_t num_bytes, int
     throw InvalidArgument("anyep HT internode: num_rdma_bytes=" + to_string(num_bytes) +
                           " exceeds the 64 GiB a proxy command can address");
   if (path_ == LLPath::kProxyCudaIpc)
-    // The cuda-ipc transport's proxy threads submit copies through this process's CUDA runtime;
-    // they stall while the process makes a blocking CUDA call (docs/ll.md), and this path's host
-    // steps (allocations, pinned copies) make such calls while an exchange is in flight.
+    // The cuda-ipc transport's proxy threads submit copies through this process's CUDA runtime,
+    // which stall behind other CUDA calls of the process (docs/ll.md). With the stages in C++
+    // (every host wait polling), worlds of 2 and 4 processes on one H200 still timed out waiting
+    // for a block (2026-11-26; docs/ht.md): the cause is not found yet.
     throw Unsupported(
-        "anyep HT internode: ANYEP_HT_NET_PATH=cuda-ipc is not supported: its copies stall while the "
-        "process makes blocking CUDA calls, which the internode path's host steps do (device tests, "
-        "2026-11-26: a block never landed); use libfabric (ANYEP_FI_PROVIDER=shm on one machine)");
+        "anyep HT internode: ANYEP_HT_NET_PATH=cuda-ipc is not supported: its proxy's copies stall "
+        "(device tests, 2026-11-26: blocks never landed within the timeout); use libfabric "
+        "(ANYEP_FI_PROVIDER=shm on one machine)");
   if (device < 0) {
     cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
   } else {
