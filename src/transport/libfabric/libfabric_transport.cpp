@@ -28,10 +28,10 @@ constexpr uint64_t kMrMagic = 0x726d7066706561ull;  // "aepfpmr"
 
 // Address blob (local_address): u32 num_nics, then per NIC an AddrEntry and addr_len bytes.
 struct AddrEntry {
-  uint32_t addr_len;  // 32 bits: bytes of the fi_getname address that follow
-  uint32_t pad;       // 32 bits: zero
-  uint64_t imm_key;   // 64 bits: key of the peer's immediate-only target
-  uint64_t imm_base;  // 64 bits: its address (used when FI_MR_VIRT_ADDR)
+  uint32_t addr_len;     // 32 bits: bytes of the fi_getname address that follow
+  uint32_t addr_format;  // 32 bits: its format (fi_info addr_format: FI_SOCKADDR_IN, FI_ADDR_STR, ...)
+  uint64_t imm_key;      // 64 bits: key of the peer's immediate-only target
+  uint64_t imm_base;     // 64 bits: its address (used when FI_MR_VIRT_ADDR)
 };
 static_assert(sizeof(AddrEntry) == 24, "address entry is a wire format");
 
@@ -140,7 +140,8 @@ class LibfabricTransport final : public Transport {
     uint32_t nn = static_cast<uint32_t>(nics_.size());
     std::memcpy(a.data(), &nn, 4);
     for (auto& nic : nics_) {
-      AddrEntry e{static_cast<uint32_t>(nic->addr.size()), 0, nic->imm_key, reinterpret_cast<uint64_t>(&nic->imm_word)};
+      AddrEntry e{static_cast<uint32_t>(nic->addr.size()), nic->info->addr_format, nic->imm_key,
+                  reinterpret_cast<uint64_t>(&nic->imm_word)};
       size_t at = a.size();
       a.resize(at + sizeof e + nic->addr.size());
       std::memcpy(a.data() + at, &e, sizeof e);
@@ -176,6 +177,11 @@ class LibfabricTransport final : public Transport {
         std::memcpy(&e, blob.data() + at, sizeof e);
         at += sizeof e;
         if (at + e.addr_len > blob.size()) throw bad("truncated address");
+        if (e.addr_format != nics_[k]->info->addr_format)
+          throw InvalidArgument("libfabric transport: rank " + std::to_string(r) + "'s address on NIC " +
+                                std::to_string(k) + " has address format " + std::to_string(e.addr_format) +
+                                ", this rank's " + std::to_string(nics_[k]->info->addr_format) +
+                                " (different providers?)");
         per_nic[k][r].assign(blob.begin() + at, blob.begin() + at + e.addr_len);
         at += e.addr_len;
         imm_targets_[r][k] = {e.imm_key, virt_addr(k) ? e.imm_base : 0};
@@ -183,19 +189,29 @@ class LibfabricTransport final : public Transport {
     }
     for (size_t k = 0; k < nn; ++k) {
       Nic& nic = *nics_[k];
-      std::vector<uint8_t> flat;
+      // String addresses (shm: "fi_shm://<pid>:<uid>:<endpoint>") differ in length from rank to
+      // rank (pids of different lengths); each is one NUL-terminated string. Every other format
+      // is a fixed-size struct (sockaddr_in, ...): the same length on every rank.
+      const bool str = nic.info->addr_format == FI_ADDR_STR;
       for (uint32_t r = 0; r < n_; ++r) {
-        if (per_nic[k][r].size() != nic.addr.size())
+        const std::vector<uint8_t>& a = per_nic[k][r];
+        const bool ok = str ? !a.empty() && std::find(a.begin(), a.end(), uint8_t{0}) == a.end() - 1  // one NUL, last
+                            : a.size() == nic.addr.size();
+        if (!ok)
           throw InvalidArgument("libfabric transport: rank " + std::to_string(r) + "'s address on NIC " +
-                                std::to_string(k) + " has " + std::to_string(per_nic[k][r].size()) +
-                                " bytes, expected " + std::to_string(nic.addr.size()) + " (different providers?)");
-        flat.insert(flat.end(), per_nic[k][r].begin(), per_nic[k][r].end());
+                                std::to_string(k) + " has " + std::to_string(a.size()) + " bytes, " +
+                                (str ? std::string("not one NUL-terminated string")
+                                     : "expected " + std::to_string(nic.addr.size()) + " (different providers?)"));
       }
+      // One address per call: no provider has to step from one address to the next in an array of
+      // strings of different lengths (past the NUL, or by a fixed size: versions differ).
       nic.peers.assign(n_, FI_ADDR_NOTAVAIL);
-      int got = fi_av_insert(nic.av, flat.data(), n_, nic.peers.data(), 0, nullptr);
-      if (got != static_cast<int>(n_))
-        throw TransportError("libfabric transport: fi_av_insert on NIC " + std::to_string(k) + " inserted " +
-                             std::to_string(got) + " of " + std::to_string(n_) + " addresses");
+      for (uint32_t r = 0; r < n_; ++r) {
+        int got = fi_av_insert(nic.av, per_nic[k][r].data(), 1, &nic.peers[r], 0, nullptr);
+        if (got != 1)
+          throw TransportError("libfabric transport: fi_av_insert on NIC " + std::to_string(k) + " of rank " +
+                               std::to_string(r) + "'s address inserted " + std::to_string(got) + " of 1");
+      }
       bool identity = true;
       for (uint32_t r = 0; r < n_; ++r) {
         nic.src[nic.peers[r]] = r;

@@ -94,6 +94,58 @@ INSTANTIATE_TEST_SUITE_P(Transport, Alltoall,
                                            Case{"shm", 2, true}, Case{"shm", 4, true}, Case{"shm", 8, true}),
                          [](const auto& info) { return name_of(info.param); });
 
+// shm names an endpoint by its process id and a count of the process's endpoints
+// ("fi_shm://<pid>:<uid>:<n>"), so ranks' addresses differ in length when their pids do: a pid of
+// 3 digits (after wraparound) beside one of 5 made 8 ranks over shm fail to connect ("address has
+// 17 bytes, expected 19"). Here two endpoints of this process, the second's count one digit
+// longer: they connect and write to each other, each byte and the source rank checked.
+TEST(ShmAddresses, OfDifferentLengthsConnectAndWrite) {
+  REQUIRE_PROVIDER("shm");
+  LibfabricConfig cfg = host_only();
+  cfg.provider = "shm";
+  auto make_rank = [&](uint32_t rank) { return transport::libfabric::make_libfabric_transport(rank, 2, cfg); };
+  auto t0 = make_rank(0);
+  auto t1 = make_rank(1);
+  for (int i = 0; i < 200 && t1->local_address().size() == t0->local_address().size(); ++i) t1 = make_rank(1);
+  if (t1->local_address().size() == t0->local_address().size())
+    GTEST_SKIP() << "this libfabric's shm addresses do not differ in length within a process";
+  transport::Transport* t[2] = {t0.get(), t1.get()};
+  std::vector<uint8_t> buf[2] = {std::vector<uint8_t>(256, 0), std::vector<uint8_t>(256, 0)};
+  transport::MrId id[2];
+  for (uint32_t r = 0; r < 2; ++r) {
+    std::fill_n(buf[r].begin(), 128, static_cast<uint8_t>(0x10 + r));
+    id[r] = t[r]->register_memory(buf[r].data(), buf[r].size(), transport::MemKind::kHost);
+  }
+  const std::vector<std::vector<uint8_t>> addrs{t0->local_address(), t1->local_address()};
+  for (uint32_t r = 0; r < 2; ++r) t[r]->connect(addrs);
+  for (uint32_t r = 0; r < 2; ++r) t[r]->import_mr(1 - r, id[1 - r], t[1 - r]->export_mr(id[1 - r]));
+  // Each rank writes its first 128 bytes into the peer's last 128, with its rank + 7 as immediate.
+  transport::Completion c[8];
+  transport::ImmEvent im[8];
+  size_t nc = 0, ni = 0, comps[2] = {0, 0}, imms[2] = {0, 0};
+  bool posted[2] = {false, false};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((comps[0] + comps[1] < 2 || imms[0] + imms[1] < 2) && std::chrono::steady_clock::now() < deadline) {
+    for (uint32_t r = 0; r < 2; ++r) {
+      if (!posted[r]) {
+        int rc = t[r]->post_write({1 - r, id[r], 0, id[1 - r], 128, 128, true, r + 7, r});
+        ASSERT_TRUE(rc == 0 || rc == -EAGAIN) << rc << " " << t[r]->last_error();
+        posted[r] = rc == 0;
+      }
+      ASSERT_EQ(t[r]->poll(c, 8, &nc, im, 8, &ni), 0) << t[r]->last_error();
+      for (size_t k = 0; k < nc; ++k) EXPECT_TRUE(c[k].status == 0 && c[k].context == r) << c[k].context;
+      for (size_t k = 0; k < ni; ++k) EXPECT_TRUE(im[k].src_rank == 1 - r && im[k].imm == 1 - r + 7) << im[k].imm;
+      comps[r] += nc;
+      imms[r] += ni;
+    }
+  }
+  for (uint32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(comps[r], 1u) << "rank " << r;
+    EXPECT_EQ(imms[r], 1u) << "rank " << r;
+    for (size_t b = 128; b < 256; ++b) ASSERT_EQ(buf[r][b], 0x10 + (1 - r)) << "rank " << r << " byte " << b;
+  }
+}
+
 class Provider : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Provider, TwoEmulatedNicsStripeWritesAndStillDeliverEverything) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "anyep/anyep.h"
+#include "c_caller.h"
 #include "capi_test_util.h"
 
 namespace {
@@ -22,14 +23,13 @@ using capi_test::tensor;
 static_assert(offsetof(anyep_config_t, struct_size) == 0, "struct_size is the first field");
 
 // A C caller may put any int where the API has an enum; C++ may not even load such a value. The
-// tests write the bits (set_raw), and call with an int where a C caller would pass one (as_c_int).
+// tests write the bits (set_raw), and call with an int through C functions (c_caller.h), as a C
+// caller would.
 template <typename E>
 void set_raw(E& field, int32_t v) {
   static_assert(sizeof(E) == sizeof v, "C enums are int-sized");
   std::memcpy(&field, &v, sizeof v);
 }
-using HandleCreateC = anyepStatus (*)(anyep_group_t, int32_t, const anyep_tensor_t*, anyep_handle_t*);
-using StatusNameC = const char* (*)(int32_t);
 
 int failing_allgather(const void*, void*, size_t, void*) { return 5; }
 
@@ -65,7 +65,7 @@ class GpuFree : public ::testing::Test {
 TEST(CApi, VersionAndStatusNames) {
   EXPECT_STREQ(anyep_version(), ANYEP_VERSION_STRING);
   EXPECT_STREQ(anyepStatusName(anyepUnsupported), "anyepUnsupported");
-  EXPECT_STREQ(reinterpret_cast<StatusNameC>(&anyepStatusName)(99), "anyepUnknownStatus");
+  EXPECT_STREQ(c_caller_status_name(99), "anyepUnknownStatus");
 }
 
 TEST(CApi, NullPointersAreRefusedByName) {
@@ -375,8 +375,7 @@ TEST_F(GpuFree, HandleRoutingIsChecked) {
   idx = tensor(ANYEP_INT64, {4, 2});
   EXPECT_TRUE(refused(anyep_handle_create(group, ANYEP_MODE_HT, &idx, &h), anyepInvalidArgument,
                       {"ANYEP_MODE_HT", "anyep_ht_handle_create"}));
-  EXPECT_TRUE(refused(reinterpret_cast<HandleCreateC>(&anyep_handle_create)(group, 5, &idx, &h), anyepInvalidArgument,
-                      {"mode is 5"}));
+  EXPECT_TRUE(refused(c_caller_handle_create(group, 5, &idx, &h), anyepInvalidArgument, {"mode is 5"}));
   EXPECT_EQ(h, nullptr);
 }
 
