@@ -1036,28 +1036,17 @@ static int gpu_rank_bf16(const options* o, int rank, uint16_t port, int listen_f
   return rc;
 }
 
-static int gpu_rank_fp8(const options* o, int rank, uint16_t port, int listen_fd) {
-  world w;
-  anyep_group_t g = NULL;
-  cudaStream_t stream;
-  int device = 0, rc;
-  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_LL, ANYEP_FLOAT8_E4M3, &w, &g, &device, &stream)) != 0)
-    return rc;
-  rc = fp8_round(&w, g, device, stream);
-  ANYEP_OK(anyep_group_destroy(g));
-  return rc;
-}
-
-static int gpu_rank_ht(const options* o, int rank, uint16_t port, int listen_fd) {
+/* A rank's group of `mode` and `dtype`, `passes` rounds of `round` on it, no asynchronous error. */
+typedef int (*round_fn)(const world* w, anyep_group_t g, int device, cudaStream_t stream);
+static int rank_rounds(const options* o, int rank, uint16_t port, int listen_fd, anyep_mode_t mode, anyep_dtype_t dtype,
+                       round_fn round, int passes) {
   world w;
   anyep_group_t g = NULL;
   anyepStatus async = anyepSuccess;
   cudaStream_t stream;
-  int device = 0, rc;
-  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_HT, ANYEP_BFLOAT16, &w, &g, &device, &stream)) != 0)
-    return rc;
-  rc = ht_round(&w, g, device, stream);
-  if (rc == 0) rc = ht_round(&w, g, device, stream); /* a second pass over the same buffers */
+  int device = 0, rc, i;
+  if ((rc = start_rank(o, rank, port, listen_fd, mode, dtype, &w, &g, &device, &stream)) != 0) return rc;
+  for (i = 0; i < passes && rc == 0; ++i) rc = round(&w, g, device, stream);
   ANYEP_OK(anyep_group_get_async_error(g, &async));
   if (async != anyepSuccess) {
     say("FAILED: asynchronous error: %s", anyep_get_last_error());
@@ -1067,16 +1056,17 @@ static int gpu_rank_ht(const options* o, int rank, uint16_t port, int listen_fd)
   return rc;
 }
 
+static int gpu_rank_fp8(const options* o, int rank, uint16_t port, int listen_fd) {
+  return rank_rounds(o, rank, port, listen_fd, ANYEP_MODE_LL, ANYEP_FLOAT8_E4M3, fp8_round, 1);
+}
+
+/* Two HT passes over the same buffers. */
+static int gpu_rank_ht(const options* o, int rank, uint16_t port, int listen_fd) {
+  return rank_rounds(o, rank, port, listen_fd, ANYEP_MODE_HT, ANYEP_BFLOAT16, ht_round, 2);
+}
+
 static int gpu_rank_ht_fp8(const options* o, int rank, uint16_t port, int listen_fd) {
-  world w;
-  anyep_group_t g = NULL;
-  cudaStream_t stream;
-  int device = 0, rc;
-  if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_HT, ANYEP_FLOAT8_E4M3, &w, &g, &device, &stream)) != 0)
-    return rc;
-  rc = ht_fp8_round(&w, g, device, stream);
-  ANYEP_OK(anyep_group_destroy(g));
-  return rc;
+  return rank_rounds(o, rank, port, listen_fd, ANYEP_MODE_HT, ANYEP_FLOAT8_E4M3, ht_fp8_round, 1);
 }
 
 static int gpu_part(const options* o) {

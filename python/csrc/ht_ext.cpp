@@ -46,13 +46,9 @@ class HTBuffer {
   HTBuffer(int rank, int num_ranks, int64_t num_bytes)
       : rt_(std::make_shared<rt::HTBuffer>(rank, num_ranks, num_bytes, c10::cuda::current_device())) {}
 
-  py::bytes local_info() const {
-    const auto v = rt_->local_info();
-    return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
-  }
+  py::bytes local_info() const { return to_py_bytes(rt_->local_info()); }
   void connect(const std::vector<std::string>& infos) {
-    std::vector<std::vector<uint8_t>> v;
-    for (const auto& s : infos) v.emplace_back(s.begin(), s.end());
+    const std::vector<std::vector<uint8_t>> v = from_py_records(infos);
     rt_->connect(v);
   }
   std::string describe_paths() const { return rt_->describe_paths(); }
@@ -195,13 +191,9 @@ class HTInternode {
         rank_(rank),
         num_ranks_(num_ranks) {}
 
-  py::bytes local_info() const {
-    const auto v = rt_->local_info();
-    return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
-  }
+  py::bytes local_info() const { return to_py_bytes(rt_->local_info()); }
   void connect(const std::vector<std::string>& infos, py::object allgather) {
-    std::vector<std::vector<uint8_t>> v;
-    for (const auto& s : infos) v.emplace_back(s.begin(), s.end());
+    const std::vector<std::vector<uint8_t>> v = from_py_records(infos);
     const auto boot = make_py_bootstrap(rank_, num_ranks_, std::move(allgather));
     rt_->connect(v, *boot);
   }

@@ -24,10 +24,12 @@ namespace {
 
 using anyep::InvalidArgument;
 using anyep::ext::allocate;
+using anyep::ext::from_py_records;
 using anyep::ext::ll_trace;
 using anyep::ext::make_py_bootstrap;
 using anyep::ext::ref;
 using anyep::ext::stream_or_current;
+using anyep::ext::to_py_bytes;
 using anyep::runtime::LowLatencyBuffer;
 namespace ll = anyep::ll;
 namespace rt = anyep::runtime;
@@ -45,15 +47,11 @@ class LLBuffer {
     return rt::ll_path_name(p);
   }
 
-  py::bytes local_info() const {
-    const auto v = rt_->local_info();
-    return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
-  }
+  py::bytes local_info() const { return to_py_bytes(rt_->local_info()); }
   // `allgather(bytes) -> list[bytes]` over the caller's process group (torch.distributed): the
   // proxy's collective set-up runs through it, on this thread, holding the GIL.
   void connect(const std::vector<std::string>& infos, py::object allgather) {
-    std::vector<std::vector<uint8_t>> v;
-    for (const auto& s : infos) v.emplace_back(s.begin(), s.end());
+    const std::vector<std::vector<uint8_t>> v = from_py_records(infos);
     std::unique_ptr<anyep::transport::Bootstrap> boot;
     if (!allgather.is_none()) boot = make_py_bootstrap(rt_->rank(), rt_->num_ranks(), allgather);
     rt_->connect(v, boot.get());

@@ -39,6 +39,19 @@ anyep_config_t tcp_config(Rank& r) {
   return c;
 }
 
+// A 2-D descriptor of a GPU-free group's call: its data is never read.
+anyep_tensor_t fake_tensor(anyep_dtype_t dtype, int64_t a, int64_t b) {
+  static unsigned char fake[64];
+  anyep_tensor_t x;
+  std::memset(&x, 0, sizeof x);
+  x.data = fake;
+  x.dtype = dtype;
+  x.ndim = 2;
+  x.shape[0] = a;
+  x.shape[1] = b;
+  return x;
+}
+
 std::string status_text(anyepStatus s) { return std::string(anyepStatusName(s)) + ": " + anyep_get_last_error(); }
 
 void expect_refusal(anyepStatus got, anyepStatus want, const std::string& text) {
@@ -49,14 +62,7 @@ void expect_refusal(anyepStatus got, anyepStatus want, const std::string& text) 
 
 // A GPU-free group's round: a handle, a dispatch refused only for the missing GPU, destroy.
 void use_and_destroy(anyep_group_t g, Rank& r) {
-  static unsigned char fake[64];
-  anyep_tensor_t idx;
-  std::memset(&idx, 0, sizeof idx);
-  idx.data = fake;
-  idx.dtype = ANYEP_INT64;
-  idx.ndim = 2;
-  idx.shape[0] = 8;
-  idx.shape[1] = 2;
+  const anyep_tensor_t idx = fake_tensor(ANYEP_INT64, 8, 2);
   anyep_handle_t h = nullptr;
   anyepStatus s = anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h);
   ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
@@ -68,7 +74,7 @@ void use_and_destroy(anyep_group_t g, Rank& r) {
   ANYEP_MP_CHECK(recv_x.shape[0] == 4 && recv_x.shape[1] == 32 * static_cast<int64_t>(r.size),
                  "recv_x is [L=4, R*T], got [" + std::to_string(recv_x.shape[0]) + ", " +
                      std::to_string(recv_x.shape[1]) + ", ...]");
-  recv_x.data = recv_count.data = fake;
+  recv_x.data = recv_count.data = idx.data;
   expect_refusal(anyep_dispatch(h, &x, &recv_x, nullptr, &recv_count, 0, nullptr), anyepUnsupported, "no GPU");
   s = anyep_handle_destroy(h);
   ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
@@ -175,24 +181,15 @@ TEST(CApiGroupMp, HtGroupsCreateAndDestroy) {
     auto res = run_ranks(
         3,
         [mode](Rank& r) {
-          static unsigned char fake[64];
           anyep_config_t c = tcp_config(r);
           c.mode = mode;
           anyep_group_t g = nullptr;
           anyepStatus s = anyep_group_create(&c, &g);
           ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
-          auto t = [](anyep_dtype_t dtype, int64_t a, int64_t b) {
-            anyep_tensor_t x;
-            std::memset(&x, 0, sizeof x);
-            x.data = fake;
-            x.dtype = dtype;
-            x.ndim = 2;
-            x.shape[0] = a;
-            x.shape[1] = b;
-            return x;
-          };
-          const anyep_tensor_t idx = t(ANYEP_INT64, 8, 2), x = t(ANYEP_BFLOAT16, 8, 512), w = t(ANYEP_FLOAT32, 8, 2);
-          const anyep_tensor_t rx = t(ANYEP_BFLOAT16, 5, 512), ri = t(ANYEP_INT64, 5, 2), rw = t(ANYEP_FLOAT32, 5, 2);
+          const anyep_tensor_t idx = fake_tensor(ANYEP_INT64, 8, 2), x = fake_tensor(ANYEP_BFLOAT16, 8, 512),
+                               w = fake_tensor(ANYEP_FLOAT32, 8, 2);
+          const anyep_tensor_t rx = fake_tensor(ANYEP_BFLOAT16, 5, 512), ri = fake_tensor(ANYEP_INT64, 5, 2),
+                               rw = fake_tensor(ANYEP_FLOAT32, 5, 2);
           anyep_handle_t h = nullptr;
           s = anyep_ht_handle_create(g, &idx, nullptr, nullptr, &h);
           ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
@@ -286,26 +283,17 @@ TEST(CApiGroupMp, HtGroupAcrossNodesChecksEveryCallWithoutGpu) {
     auto res = run_ranks(
         ranks,
         [](Rank& r) {
-          static unsigned char fake[64];
           ::setenv("ANYEP_HT_RANKS_PER_NODE", r.size == 2 ? "1" : "2", 1);
           anyep_config_t c = tcp_config(r);
           c.mode = ANYEP_MODE_HT;
           anyep_group_t g = nullptr;
           anyepStatus s = anyep_group_create(&c, &g);
           ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
-          auto t = [](anyep_dtype_t dtype, int64_t a, int64_t b) {
-            anyep_tensor_t x;
-            std::memset(&x, 0, sizeof x);
-            x.data = fake;
-            x.dtype = dtype;
-            x.ndim = 2;
-            x.shape[0] = a;
-            x.shape[1] = b;
-            return x;
-          };
-          const anyep_tensor_t idx = t(ANYEP_INT64, 8, 2), x = t(ANYEP_BFLOAT16, 8, 512), w = t(ANYEP_FLOAT32, 8, 2);
-          const anyep_tensor_t bad_w = t(ANYEP_FLOAT32, 8, 3);
-          const anyep_tensor_t rx = t(ANYEP_BFLOAT16, 5, 512), ri = t(ANYEP_INT64, 5, 2), rw = t(ANYEP_FLOAT32, 5, 2);
+          const anyep_tensor_t idx = fake_tensor(ANYEP_INT64, 8, 2), x = fake_tensor(ANYEP_BFLOAT16, 8, 512),
+                               w = fake_tensor(ANYEP_FLOAT32, 8, 2);
+          const anyep_tensor_t bad_w = fake_tensor(ANYEP_FLOAT32, 8, 3);
+          const anyep_tensor_t rx = fake_tensor(ANYEP_BFLOAT16, 5, 512), ri = fake_tensor(ANYEP_INT64, 5, 2),
+                               rw = fake_tensor(ANYEP_FLOAT32, 5, 2);
           anyep_handle_t h = nullptr;
           s = anyep_ht_handle_create(g, &idx, nullptr, nullptr, &h);
           ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
@@ -313,7 +301,7 @@ TEST(CApiGroupMp, HtGroupAcrossNodesChecksEveryCallWithoutGpu) {
                          anyepInvalidArgument, "topk_weights must be float32 [8, 2]");
           expect_refusal(anyep_ht_dispatch(h, &x, nullptr, &w, &rx, nullptr, &ri, &rw, nullptr), anyepUnsupported,
                          "no GPU");
-          const anyep_tensor_t out = t(ANYEP_BFLOAT16, 8, 512);
+          const anyep_tensor_t out = fake_tensor(ANYEP_BFLOAT16, 8, 512);
           expect_refusal(anyep_ht_combine(h, &rx, nullptr, &out, nullptr, nullptr), anyepUnsupported, "no GPU");
           s = anyep_handle_destroy(h);
           ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
