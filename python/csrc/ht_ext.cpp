@@ -41,6 +41,32 @@ rt::HTConfig config_of(int64_t num_sms, int64_t chunk_send, int64_t chunk_recv) 
   return c;
 }
 
+// A dispatch's outputs, allocated as the runtime specifies them, and their descriptors.
+struct DispatchOutputs {
+  at::Tensor recv_x, recv_scales, recv_topk_idx, recv_topk_weights, rcpm, recv_src_idx, send_head;
+
+  DispatchOutputs(const rt::HTDispatchOutSpecs& spec, const at::TensorOptions& o)
+      : recv_x(allocate(spec.recv_x, o)),
+        recv_scales(maybe_allocate(spec.recv_x_scales, o)),
+        recv_topk_idx(maybe_allocate(spec.recv_topk_idx, o)),
+        recv_topk_weights(maybe_allocate(spec.recv_topk_weights, o)),
+        rcpm(allocate(spec.recv_channel_prefix_matrix, o)),
+        recv_src_idx(allocate(spec.recv_src_idx, o)),
+        send_head(allocate(spec.send_head, o)) {}
+
+  rt::HTDispatchOut refs() const {
+    rt::HTDispatchOut out;
+    out.recv_x = ref(recv_x, "recv_x");
+    out.recv_x_scales = ref(recv_scales, "recv_x_scales");
+    out.recv_topk_idx = ref(recv_topk_idx, "recv_topk_idx");
+    out.recv_topk_weights = ref(recv_topk_weights, "recv_topk_weights");
+    out.recv_channel_prefix_matrix = ref(rcpm, "recv_channel_prefix_matrix");
+    out.recv_src_idx = ref(recv_src_idx, "recv_src_idx");
+    out.send_head = ref(send_head, "send_head");
+    return out;
+  }
+};
+
 class HTBuffer {
  public:
   HTBuffer(int rank, int num_ranks, int64_t num_bytes)
@@ -101,27 +127,13 @@ class HTBuffer {
       py::gil_scoped_release nogil;
       counts = rt_->notify(in, p, ref(rpm, "rank_prefix_matrix"), ref(cpm, "channel_prefix_matrix"), s);
     }
-    const rt::HTDispatchOutSpecs spec = rt::ht_dispatch_outputs(p, counts.num_recv, rt_->info());
-    at::Tensor recv_x = allocate(spec.recv_x, o);
-    at::Tensor recv_scales = maybe_allocate(spec.recv_x_scales, o);
-    at::Tensor recv_topk_idx = maybe_allocate(spec.recv_topk_idx, o);
-    at::Tensor recv_topk_weights = maybe_allocate(spec.recv_topk_weights, o);
-    at::Tensor rcpm = allocate(spec.recv_channel_prefix_matrix, o);
-    at::Tensor recv_src_idx = allocate(spec.recv_src_idx, o);
-    at::Tensor send_head = allocate(spec.send_head, o);
-    rt::HTDispatchOut out;
-    out.recv_x = ref(recv_x, "recv_x");
-    out.recv_x_scales = ref(recv_scales, "recv_x_scales");
-    out.recv_topk_idx = ref(recv_topk_idx, "recv_topk_idx");
-    out.recv_topk_weights = ref(recv_topk_weights, "recv_topk_weights");
-    out.recv_channel_prefix_matrix = ref(rcpm, "recv_channel_prefix_matrix");
-    out.recv_src_idx = ref(recv_src_idx, "recv_src_idx");
-    out.send_head = ref(send_head, "send_head");
-    rt_->dispatch(in, p, counts.num_recv, ref(rpm, "rank_prefix_matrix"), ref(cpm, "channel_prefix_matrix"), out, s);
+    const DispatchOutputs r(rt::ht_dispatch_outputs(p, counts.num_recv, rt_->info()), o);
+    rt_->dispatch(in, p, counts.num_recv, ref(rpm, "rank_prefix_matrix"), ref(cpm, "channel_prefix_matrix"), r.refs(),
+                  s);
     py::list per_expert;
     for (int v : counts.per_expert) per_expert.append(v);
-    return py::make_tuple(recv_x, or_none(recv_scales), or_none(recv_topk_idx), or_none(recv_topk_weights), per_expert,
-                          rpm, cpm, rcpm, recv_src_idx, send_head);
+    return py::make_tuple(r.recv_x, or_none(r.recv_scales), or_none(r.recv_topk_idx), or_none(r.recv_topk_weights),
+                          per_expert, rpm, cpm, r.rcpm, r.recv_src_idx, r.send_head);
   }
 
   py::tuple combine(const at::Tensor& x, const OptT& topk_weights, const OptT& bias0, const OptT& bias1,
@@ -251,34 +263,21 @@ class HTInternode {
     pass->itir = at::empty({m1, k}, o.dtype(at::kBool));
     pass->rpm = at::empty({k, k}, i32);
     pass->cpm = at::empty({k, g.channels}, i32);
-    pass->rcpm = at::empty({k, g.channels}, i32);
-    pass->send_head = at::empty({m1, k}, i32);
-    pass->src_idx = at::empty({0}, i32);
     {
       py::gil_scoped_release nogil;  // the host waits for the node's counts
       pass->route = rt_->route_finish(counts, pass->tables(), config_of(num_sms, chunk_send, chunk_recv),
                                       expert_alignment, num_worst_tokens, s);
     }
-    const rt::HTDispatchOutSpecs spec =
-        rt::ht_dispatch_outputs(pass->route.node_plan, pass->route.num_recv, rt_->node_info());
-    at::Tensor recv_x = allocate(spec.recv_x, o);
-    at::Tensor recv_scales = maybe_allocate(spec.recv_x_scales, o);
-    at::Tensor recv_topk_idx = maybe_allocate(spec.recv_topk_idx, o);
-    at::Tensor recv_topk_weights = maybe_allocate(spec.recv_topk_weights, o);
-    pass->src_idx = allocate(spec.recv_src_idx, o);
-    rt::HTDispatchOut out;
-    out.recv_x = ref(recv_x, "recv_x");
-    out.recv_x_scales = ref(recv_scales, "recv_x_scales");
-    out.recv_topk_idx = ref(recv_topk_idx, "recv_topk_idx");
-    out.recv_topk_weights = ref(recv_topk_weights, "recv_topk_weights");
-    out.recv_channel_prefix_matrix = ref(pass->rcpm, "recv_channel_prefix_matrix");
-    out.recv_src_idx = ref(pass->src_idx, "recv_src_idx");
-    out.send_head = ref(pass->send_head, "send_head");
-    rt_->dispatch(pass->route, pass->tables(), xr, sr, ref(weights, "topk_weights"), out, s);
+    // The node dispatch fills the pass's rcpm, recv_src_idx and send_head (combine's tables).
+    const DispatchOutputs r(rt::ht_dispatch_outputs(pass->route.node_plan, pass->route.num_recv, rt_->node_info()), o);
+    pass->rcpm = r.rcpm;
+    pass->src_idx = r.recv_src_idx;
+    pass->send_head = r.send_head;
+    rt_->dispatch(pass->route, pass->tables(), xr, sr, ref(weights, "topk_weights"), r.refs(), s);
     py::list per_expert;
     for (int v : pass->route.per_expert) per_expert.append(v);
-    const py::object recv_w = topk_weights ? or_none(recv_topk_weights) : py::object(py::none());
-    return py::make_tuple(recv_x, or_none(recv_scales), recv_topk_idx, recv_w, per_expert, pass);
+    const py::object recv_w = topk_weights ? or_none(r.recv_topk_weights) : py::object(py::none());
+    return py::make_tuple(r.recv_x, or_none(r.recv_scales), r.recv_topk_idx, recv_w, per_expert, pass);
   }
 
   py::tuple cached_dispatch(const at::Tensor& x, const OptT& x_scales, const std::shared_ptr<InternodePass>& pass,

@@ -46,67 +46,60 @@ void expect_no_awaiting(const Group& g, uint64_t self, const char* call) {
                           "next HT call on every rank");
 }
 
-// The handle's tables in its memory (or, GPU-free, descriptors of none).
-void lay_out_memory(Handle& h, HTState& st, const ht::Geometry& geo, int device) {
-  const GroupSpec& s = h.group->spec;
-  const int64_t R = s.num_ranks, E = s.num_experts, N = h.num_tokens, C = geo.channels, RT = R * s.max_tokens;
-  struct Piece {
-    TensorRef* t;
-    DType dtype;
-    int64_t rows, cols;  // cols 0: 1-D
-    size_t offset;
-  } pieces[] = {{&st.ntpr, DType::kInt32, R, 0, 0},      {&st.ntpe, DType::kInt32, E, 0, 0},
-                {&st.itir, DType::kBool, N, R, 0},       {&st.rpm, DType::kInt32, R, R, 0},
-                {&st.cpm, DType::kInt32, R, C, 0},       {&st.rcpm, DType::kInt32, R, C, 0},
-                {&st.send_head, DType::kInt32, N, R, 0}, {&st.src_idx, DType::kInt32, RT, 0, 0}};
-  size_t total = 0;
-  for (Piece& p : pieces) {
-    p.offset = total;
+// One table of the handle memory: a row-major tensor of `rows` x `cols` (cols 0: 1-D).
+struct Piece {
+  TensorRef* t;
+  DType dtype;
+  int64_t rows, cols;
+};
+
+// The tables in one allocation of handle memory, each on its own kAlign block (or, GPU-free,
+// descriptors without memory: every check of a call runs all the same).
+template <size_t N>
+void place(Handle& h, const Piece (&pieces)[N], int device) {
+  size_t offset[N], total = 0;
+  for (size_t i = 0; i < N; ++i) {
+    const Piece& p = pieces[i];
+    offset[i] = total;
     const size_t cols = p.cols > 0 ? static_cast<size_t>(p.cols) : 1;
     total += (static_cast<size_t>(p.rows) * cols * runtime::dtype_bytes(p.dtype) + kAlign - 1) / kAlign * kAlign;
   }
   if (h.group->ht) alloc_handle_memory(h, total, device);
-  // A GPU-free handle has descriptors without memory: every check of a call runs all the same.
   static int64_t no_memory = 0;
   auto* base = h.memory ? static_cast<uint8_t*>(h.memory) : reinterpret_cast<uint8_t*>(&no_memory);
-  for (const Piece& p : pieces) {
-    *p.t = p.cols > 0 ? runtime::contiguous_ref(base + p.offset, p.dtype, {p.rows, p.cols}, device)
-                      : runtime::contiguous_ref(base + p.offset, p.dtype, {p.rows}, device);
+  for (size_t i = 0; i < N; ++i) {
+    const Piece& p = pieces[i];
+    *p.t = p.cols > 0 ? runtime::contiguous_ref(base + offset[i], p.dtype, {p.rows, p.cols}, device)
+                      : runtime::contiguous_ref(base + offset[i], p.dtype, {p.rows}, device);
   }
 }
 
-// Internode: the pass's tables (runtime::HTInternodeTables) in the handle's memory. Rows: the
-// most a rank forwards (nodes x T); k the node's ranks, C the node dispatch's channels.
+// The handle's tables (intranode).
+void lay_out_memory(Handle& h, HTState& st, const ht::Geometry& geo, int device) {
+  const GroupSpec& s = h.group->spec;
+  const int64_t R = s.num_ranks, E = s.num_experts, N = h.num_tokens, C = geo.channels, RT = R * s.max_tokens;
+  const Piece pieces[] = {{&st.ntpr, DType::kInt32, R, 0},      {&st.ntpe, DType::kInt32, E, 0},
+                          {&st.itir, DType::kBool, N, R},       {&st.rpm, DType::kInt32, R, R},
+                          {&st.cpm, DType::kInt32, R, C},       {&st.rcpm, DType::kInt32, R, C},
+                          {&st.send_head, DType::kInt32, N, R}, {&st.src_idx, DType::kInt32, RT, 0}};
+  place(h, pieces, device);
+}
+
+// Internode: the pass's tables (runtime::HTInternodeTables). Rows: the most a rank forwards
+// (nodes x T); k the node's ranks, C the node dispatch's channels.
 void lay_out_internode(Handle& h, HTState& st, const ht::Geometry& geo, int device) {
   const Group& g = *h.group;
   const GroupSpec& s = g.spec;
   const int64_t k = g.ht_ranks, nodes = s.num_ranks / k, N = h.num_tokens, K = h.num_topk;
   const int64_t rows = nodes * s.max_tokens, L = s.num_experts / s.num_ranks, C = geo.channels;
   runtime::HTInternodeTables& t = st.net;
-  struct Piece {
-    TensorRef* t;
-    DType dtype;
-    int64_t rows, cols;  // cols 0: 1-D
-    size_t offset;
-  } pieces[] = {{&t.pos, DType::kInt32, nodes, N, 0},       {&t.send_rows, DType::kInt64, nodes, 0, 0},
-                {&t.recv_rows, DType::kInt64, nodes, 0, 0}, {&t.topk_node, DType::kInt64, rows, K, 0},
-                {&t.ntpr, DType::kInt32, k, 0, 0},          {&t.ntpe, DType::kInt32, k * L, 0, 0},
-                {&t.itir, DType::kBool, rows, k, 0},        {&t.rpm, DType::kInt32, k, k, 0},
-                {&t.cpm, DType::kInt32, k, C, 0},           {&t.rcpm, DType::kInt32, k, C, 0},
-                {&t.send_head, DType::kInt32, rows, k, 0},  {&t.src_idx, DType::kInt32, k * rows, 0, 0}};
-  size_t total = 0;
-  for (Piece& p : pieces) {
-    p.offset = total;
-    const size_t cols = p.cols > 0 ? static_cast<size_t>(p.cols) : 1;
-    total += (static_cast<size_t>(p.rows) * cols * runtime::dtype_bytes(p.dtype) + kAlign - 1) / kAlign * kAlign;
-  }
-  if (g.ht) alloc_handle_memory(h, total, device);
-  static int64_t no_memory = 0;
-  auto* base = h.memory ? static_cast<uint8_t*>(h.memory) : reinterpret_cast<uint8_t*>(&no_memory);
-  for (const Piece& p : pieces) {
-    *p.t = p.cols > 0 ? runtime::contiguous_ref(base + p.offset, p.dtype, {p.rows, p.cols}, device)
-                      : runtime::contiguous_ref(base + p.offset, p.dtype, {p.rows}, device);
-  }
+  const Piece pieces[] = {{&t.pos, DType::kInt32, nodes, N},       {&t.send_rows, DType::kInt64, nodes, 0},
+                          {&t.recv_rows, DType::kInt64, nodes, 0}, {&t.topk_node, DType::kInt64, rows, K},
+                          {&t.ntpr, DType::kInt32, k, 0},          {&t.ntpe, DType::kInt32, k * L, 0},
+                          {&t.itir, DType::kBool, rows, k},        {&t.rpm, DType::kInt32, k, k},
+                          {&t.cpm, DType::kInt32, k, C},           {&t.rcpm, DType::kInt32, k, C},
+                          {&t.send_head, DType::kInt32, rows, k},  {&t.src_idx, DType::kInt32, k * rows, 0}};
+  place(h, pieces, device);
 }
 
 // recv_src_idx of M rows: the first M of the handle's R * T.

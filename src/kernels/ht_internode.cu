@@ -120,6 +120,13 @@ __global__ void __launch_bounds__(kRowThreads) unpack_kernel(UnpackArgs a) {
   }
 }
 
+// acc[i] += the i-th of the 8 BF16 values in v.
+__device__ __forceinline__ void add_bf16x8(float* acc, const uint4& v) {
+  float f[8];
+  ll::dev::bf16x8_to_float(v, f);
+  for (int i = 0; i < 8; ++i) acc[i] += f[i];
+}
+
 // One block per token (grid-stride): each thread sums 8 BF16 values over the nodes, in node order.
 __global__ void __launch_bounds__(kRowThreads) home_sum_kernel(HomeSumArgs a) {
   __shared__ int64_t s_first[internode::kMaxNodes + 1];
@@ -141,22 +148,11 @@ __global__ void __launch_bounds__(kRowThreads) home_sum_kernel(HomeSumArgs a) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int n = 0; n < a.nodes; ++n) {
         if (s_row[n] < 0) continue;
-        const uint4 v = port::load16_read_once(a.rows + uint64_t(s_row[n]) * a.row_bytes + uint64_t(u) * 16);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        for (int j = 0; j < 4; ++j) {
-          acc[2 * j] += dev::bf16_to_float(w[j] & 0xffffu);
-          acc[2 * j + 1] += dev::bf16_to_float(w[j] >> 16);
-        }
+        add_bf16x8(acc, port::load16_read_once(a.rows + uint64_t(s_row[n]) * a.row_bytes + uint64_t(u) * 16));
       }
       const uint16_t* biases[2] = {a.bias0, a.bias1};
       for (const uint16_t* b : biases) {
-        if (b == nullptr) continue;
-        const uint4 v = port::load16_read_once(b + int64_t(t) * a.hidden + int64_t(u) * 8);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        for (int j = 0; j < 4; ++j) {
-          acc[2 * j] += dev::bf16_to_float(w[j] & 0xffffu);
-          acc[2 * j + 1] += dev::bf16_to_float(w[j] >> 16);
-        }
+        if (b != nullptr) add_bf16x8(acc, port::load16_read_once(b + int64_t(t) * a.hidden + int64_t(u) * 8));
       }
       uint32_t o[4];
       for (int j = 0; j < 4; ++j) o[j] = dev::float_to_bf16(acc[2 * j]) | (dev::float_to_bf16(acc[2 * j + 1]) << 16);

@@ -216,8 +216,10 @@ HTInternodeCounts HTInternode::route_send(const TensorRef& topk_idx, int64_t num
   expect_tensor(t.pos, "pos", DType::kInt32, 2, device_);
   expect(t.pos.shape[0] == nodes() && t.pos.shape[1] == N,
          [&] { return "the pass's pos table must be [" + to_string(nodes()) + ", " + to_string(N) + "]"; });
-  expect_optional(t.send_rows, "send_rows", DType::kInt64, nodes(), "nodes", device_);
-  expect_optional(t.recv_rows, "recv_rows", DType::kInt64, nodes(), "nodes", device_);
+  for (const TensorRef* r : {&t.send_rows, &t.recv_rows}) {
+    expect_tensor(*r, "the pass's row counts", DType::kInt64, 1, device_);
+    expect(r->shape[0] == nodes(), [&] { return "the pass's row counts must be [" + to_string(nodes()) + "]"; });
+  }
 
   ht::RouteArgs ra;
   ra.topk_idx = ptr<const int64_t>(topk_idx);
