@@ -117,8 +117,7 @@ class Buffer:
             ValueError: neither `group` nor `comm`, `low_latency_mode` with `num_rdma_bytes <= 0`, or
                 `num_nvl_bytes` negative or smaller than the high-throughput control area.
             NotImplementedError: `num_nvl_bytes > 0` with more than 16 ranks on one node, a peer
-                of this node not reachable by direct stores, nodes of unequal size, or ranks on
-                several nodes with ANYEP_HT_NET_PATH=cuda-ipc (refused: docs/environment.md).
+                of this node not reachable by direct stores, or nodes of unequal size.
             ValueError: ranks on several nodes with `num_nvl_bytes > 0` but `num_rdma_bytes <= 0`.
             ImportError: the compiled extension anyep._C is missing.
         """

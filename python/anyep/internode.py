@@ -17,9 +17,7 @@ import torch
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:
-    """`t` on the host once the current stream reaches it, waiting by polling an event: a host
-    thread blocked in a synchronous CUDA call would stall the CUDA calls of this process's proxy
-    threads (the cuda-ipc transport's copies; docs/ll.md), and the kernels wait for those. Every
+    """`t` on the host once the current stream reaches it, waiting by polling an event. Every
     kernel wait ends within ANYEP_TIMEOUT_S, so this loop does too."""
     out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     out.copy_(t, non_blocking=True)

@@ -67,6 +67,8 @@
 #define cudaDriverGetVersion hipDriverGetVersion
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 #define cudaGetLastError hipGetLastError
+#define cudaFuncAttributes hipFuncAttributes
+#define cudaFuncGetAttributes hipFuncGetAttributes
 #define cudaGetErrorName hipGetErrorName
 #define cudaGetErrorString hipGetErrorString
 

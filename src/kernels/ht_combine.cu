@@ -9,6 +9,7 @@
 // and writes BF16. A ring's head may move to the smallest position any of those warps still needs
 // (shared memory), published with a system-scope max since several warps publish.
 #include "kernels/ht_device.cuh"
+#include "kernels/kernel_loading.cuh"
 
 namespace anyep::ht {
 namespace {
@@ -240,5 +241,7 @@ cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream) {
   combine_kernel<<<2 * a.g.blocks, kBlockThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+cudaError_t preload_combine() { return load_functions(combine_kernel); }
 
 }  // namespace anyep::ht

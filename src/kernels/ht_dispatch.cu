@@ -7,6 +7,7 @@
 // rank_prefix(s-1) + start(c) + i, then publishes its head in rank s's region. Rings drain fully
 // in every call (ht_layout.h). Every wait is bounded and reports the peer and channel.
 #include "kernels/ht_device.cuh"
+#include "kernels/kernel_loading.cuh"
 
 namespace anyep::ht {
 namespace {
@@ -162,5 +163,7 @@ cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream) {
   dispatch_kernel<<<2 * a.g.blocks, kBlockThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+cudaError_t preload_dispatch() { return load_functions(dispatch_kernel); }
 
 }  // namespace anyep::ht

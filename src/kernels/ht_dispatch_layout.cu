@@ -2,6 +2,7 @@
 // counts and the token -> rank membership, from topk_idx. One pass; counts in shared memory when
 // they fit, then one global add per counter and block.
 #include "kernels/ht_device.cuh"
+#include "kernels/kernel_loading.cuh"
 
 namespace anyep::ht {
 namespace {
@@ -66,5 +67,7 @@ cudaError_t launch_layout(const LayoutArgs& a, cudaStream_t stream) {
   layout_kernel<<<blocks, kLayoutThreads, smem, stream>>>(a, use_smem);
   return cudaGetLastError();
 }
+
+cudaError_t preload_layout() { return load_functions(layout_kernel); }
 
 }  // namespace anyep::ht

@@ -4,6 +4,7 @@
 // home. Plain loads and stores: the exchange kernels order these against the proxy.
 #include "kernels/ht_device.cuh"
 #include "kernels/ht_internode_protocol.h"
+#include "kernels/kernel_loading.cuh"
 
 namespace anyep::ht {
 namespace {
@@ -199,5 +200,7 @@ cudaError_t launch_home_sum(const HomeSumArgs& a, cudaStream_t stream) {
   home_sum_kernel<<<blocks, kRowThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+cudaError_t preload_internode() { return load_functions(route_kernel, pack_kernel, unpack_kernel, home_sum_kernel); }
 
 }  // namespace anyep::ht

@@ -214,6 +214,13 @@ cudaError_t launch_notify(const NotifyArgs& a, cudaStream_t stream);
 cudaError_t launch_barrier(const Ctx& x, cudaStream_t stream);
 cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream);
 cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream);
+// Each loads its file's kernels now (kernels/preload.h says why).
+cudaError_t preload_net();
+cudaError_t preload_internode();
+cudaError_t preload_layout();
+cudaError_t preload_notify();
+cudaError_t preload_dispatch();
+cudaError_t preload_combine();
 #endif
 
 }  // namespace anyep::ht

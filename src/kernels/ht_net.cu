@@ -4,6 +4,7 @@
 // signal, header) is ht_internode_protocol.h's; the proxy and transport below never see a token.
 #include "kernels/ht_device.cuh"
 #include "kernels/ht_internode_protocol.h"
+#include "kernels/kernel_loading.cuh"
 #include "kernels/ll_layout.h"
 
 namespace anyep::ht {
@@ -122,5 +123,7 @@ cudaError_t launch_net(const NetArgs& a, NetStep step, cudaStream_t stream) {
   }
   return cudaGetLastError();
 }
+
+cudaError_t preload_net() { return load_functions(net_kernel, copy_out_kernel); }
 
 }  // namespace anyep::ht

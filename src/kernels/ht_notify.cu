@@ -6,6 +6,7 @@
 // (the sender-side channel prefix sums). The first barrier means every rank finished its earlier
 // HT kernels (its rings are drained, its counts rows read), so writing into peers is safe.
 #include "kernels/ht_device.cuh"
+#include "kernels/kernel_loading.cuh"
 
 namespace anyep::ht {
 namespace {
@@ -78,5 +79,7 @@ cudaError_t launch_notify(const NotifyArgs& a, cudaStream_t stream) {
   notify_kernel<<<1 + a.x.R, kBlockThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+cudaError_t preload_notify() { return load_functions(barrier_kernel, notify_kernel); }
 
 }  // namespace anyep::ht

@@ -14,6 +14,7 @@
 // leaves its arrival behind them: the next barrier with it passes early there. Only a rank slower
 // than ANYEP_TIMEOUT_S, and then unmasked, does that.)
 // Like the torch.distributed barrier it replaces, it does not wait for proxy WRITEs in flight.
+#include "kernels/kernel_loading.cuh"
 #include "kernels/ll_device.cuh"
 #include "kernels/ll_kernels.h"
 
@@ -86,5 +87,7 @@ cudaError_t launch_barrier(const Common& c, cudaStream_t stream) {
   barrier_kernel<<<1, kBlockThreads, 0, stream>>>(c);
   return cudaGetLastError();
 }
+
+cudaError_t preload_barrier() { return load_functions(barrier_kernel); }
 
 }  // namespace anyep::ll

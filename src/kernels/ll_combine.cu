@@ -1,5 +1,6 @@
 // anyep/src/kernels/ll_combine.cu — the low-latency combine kernel for the fast dispatch layout
 // (ll_layout.h), and the launcher; the code is in ll_combine_impl.cuh.
+#include "kernels/kernel_loading.cuh"
 #include "kernels/ll_combine_impl.cuh"
 
 namespace anyep::ll {
@@ -9,5 +10,7 @@ cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream) {
   combine_kernel<false><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+cudaError_t preload_combine() { return load_functions(combine_kernel<false>); }
 
 }  // namespace anyep::ll

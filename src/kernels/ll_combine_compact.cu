@@ -1,6 +1,7 @@
 // anyep/src/kernels/ll_combine_compact.cu — the low-latency combine kernel for the compact dispatch
 // layout (ll_layout.h; rows for a rank behind the proxy are staged where their route entries say).
 // Its own translation unit: see ll_combine_impl.cuh.
+#include "kernels/kernel_loading.cuh"
 #include "kernels/ll_combine_impl.cuh"
 
 namespace anyep::ll {
@@ -9,5 +10,7 @@ cudaError_t launch_combine_compact(const CombineArgs& a, cudaStream_t stream) {
   combine_kernel<true><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+cudaError_t preload_combine_compact() { return load_functions(combine_kernel<true>); }
 
 }  // namespace anyep::ll

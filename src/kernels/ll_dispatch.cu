@@ -21,6 +21,7 @@
 // all landed.
 // Shrink mode (c.mask set): a masked owner gets neither tokens nor a count, a masked source
 // counts as 0 tokens, and a source whose count times out is masked instead of failing the call.
+#include "kernels/kernel_loading.cuh"
 #include "kernels/ll_device.cuh"
 #include "kernels/ll_kernels.h"
 
@@ -404,5 +405,7 @@ cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream) {
     dispatch_kernel<false><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+cudaError_t preload_dispatch() { return load_functions(dispatch_kernel<true>, dispatch_kernel<false>); }
 
 }  // namespace anyep::ll

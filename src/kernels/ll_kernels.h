@@ -129,6 +129,11 @@ cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream);
 // for every rank not masked; a rank that does not arrive is masked (shrink mode) or reported.
 // Reads c.rank, c.g.R, c.peers, c.proxy, c.ws (barrier counts), c.mask, c.err, c.timeout_ns, c.local.
 cudaError_t launch_barrier(const Common& c, cudaStream_t stream);
+// Each loads its file's kernels now (kernels/preload.h says why).
+cudaError_t preload_dispatch();
+cudaError_t preload_combine();
+cudaError_t preload_combine_compact();
+cudaError_t preload_barrier();
 #endif
 
 inline constexpr int kBlockThreads = 1024;

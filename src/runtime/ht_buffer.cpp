@@ -7,6 +7,7 @@
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "kernels/preload.h"
 #include "runtime/check.h"
 #include "runtime/ipc_peers.h"
 
@@ -42,6 +43,7 @@ HTBuffer::HTBuffer(int rank, int num_ranks, int64_t num_bytes, int device)
     device_ = device;
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   }
+  cuda_check(preload_kernels(), "load the anyep kernels (kernels/preload.h)");
   cuda_check(cudaDeviceGetAttribute(&device_sms_, cudaDevAttrMultiProcessorCount, device_), "SM count");
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)), "cudaMalloc HT region");
   // Only the control part needs zeroes (barrier words, ring totals); ring slots are written before read.

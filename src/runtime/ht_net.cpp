@@ -5,6 +5,7 @@
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "kernels/preload.h"
 #include "proxy/proxy.h"
 
 namespace anyep::runtime {
@@ -37,21 +38,13 @@ HTNet::HTNet(int rank, int num_ranks, int ranks_per_node, int64_t num_bytes, int
   if (static_cast<uint64_t>(num_bytes) > channel::cmd::kMaxOffset)
     throw InvalidArgument("anyep HT internode: num_rdma_bytes=" + to_string(num_bytes) +
                           " exceeds the 64 GiB a proxy command can address");
-  if (path_ == LLPath::kProxyCudaIpc)
-    // The cuda-ipc transport's proxy threads submit copies through this process's CUDA runtime,
-    // which stall behind other CUDA calls of the process (docs/ll.md). With the stages in C++
-    // (every host wait polling), worlds of 2 and 4 processes on one H200 still timed out waiting
-    // for a block (2026-11-26; docs/ht.md): the cause is not found yet.
-    throw Unsupported(
-        "anyep HT internode: ANYEP_HT_NET_PATH=cuda-ipc is not supported: its proxy's copies stall "
-        "(device tests, 2026-11-26: blocks never landed within the timeout); use libfabric "
-        "(ANYEP_FI_PROVIDER=shm on one machine)");
   if (device < 0) {
     cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
   } else {
     device_ = device;
   }
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(preload_kernels(), "load the anyep kernels (kernels/preload.h)");
   endpoints_ = ProxyLink::make_endpoints(path_, rank, num_ranks, device_, proxy::Proxy::default_threads());
   if (!endpoints_[0]->capabilities().gpu_memory) {
     // Host-staged: pinned host memory the NIC can reach, mapped into the GPU for the kernels.

@@ -8,6 +8,7 @@
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "kernels/preload.h"
 #include "runtime/ipc_peers.h"
 #include "runtime/ll_error.h"
 
@@ -39,6 +40,7 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
     device_ = device;
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   }
+  cuda_check(preload_kernels(), "load the anyep kernels (kernels/preload.h)");
   int sms = 0;
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "SM count");
   // One 1024-thread block per SM: all co-resident (the kernels wait on each other). ANYEP_LL_SMS

@@ -13,8 +13,8 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from ht_harness import (as_bf16, cat_sent, combine_reference, expert_out, in_rank_of, make_inputs, rank_scale,
-                        same_sent, sent_rows)
+from ht_harness import (as_bf16, cast_to_fp8, cat_sent, combine_reference, expert_out, in_rank_of, make_inputs,
+                        rank_scale, same_sent, sent_rows)
 from ll_harness import Progress, run_check, select_checks, wait_gpu
 
 HIDDEN = 2048
@@ -64,6 +64,11 @@ def run_case(c, seed, T, K, L, fmt, align, bias_n, iters=1):
               for s in range(world)]
     mine = inputs[me]
     ref = internode_reference(me, world, k, E, inputs, align)
+    # A cached dispatch may change x's format (DeepEP allows it): BF16 handle, FP8 tokens.
+    ref_fp8 = None
+    if fmt == "bf16":
+        ref_fp8 = internode_reference(me, world, k, E, [{**inp, "send": cast_to_fp8(inp["x"])} for inp in inputs],
+                                      align)["x"]
     wait_gpu()
     for it in range(iters):
         per_rank, per_node, per_expert, in_rank, _ = buf.get_dispatch_layout(mine["idx"], E)
@@ -85,6 +90,10 @@ def run_case(c, seed, T, K, L, fmt, align, bias_n, iters=1):
         cached = buf.dispatch(mine["send"], handle=handle)
         wait_gpu()
         same_sent(cached[0], ref["x"], f"iter {it} cached dispatch")
+        if ref_fp8 is not None:
+            cached_fp8 = buf.dispatch(cast_to_fp8(mine["x"]), handle=handle)
+            wait_gpu()
+            same_sent(cached_fp8[0], ref_fp8, f"iter {it} cached dispatch of FP8 tokens on a BF16 handle")
         biases = [torch.randn(mine["n"], HIDDEN, device="cuda").to(torch.bfloat16) for _ in range(bias_n)]
         bias = None if bias_n == 0 else (biases[0] if bias_n == 1 else tuple(biases))
         y = expert_out(as_bf16(recv_x), me)

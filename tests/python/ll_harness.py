@@ -210,18 +210,9 @@ def poison_like(shape, dtype, device="cuda"):
 
 
 def wait_gpu():
-    """Wait for the current stream's work. ANYEP_TEST_SPIN_WAIT=1 polls an event instead of a
-    blocking CUDA call: with the cuda-ipc transport the proxy threads submit copies through the
-    CUDA runtime, and a host thread blocked in a synchronous CUDA call (synchronize, .cpu(),
-    .item()) while an LL kernel waits for those copies stalls them until the kernel times out
-    (seen on the device, 2026-11-22; docs/ll.md). The proxy-over-cuda-ipc world sets it."""
-    if os.environ.get("ANYEP_TEST_SPIN_WAIT") == "1":
-        ev = torch.cuda.Event()
-        ev.record()
-        while not ev.query():
-            time.sleep(0)
-    else:
-        torch.cuda.current_stream().synchronize()
+    """Wait for the current stream's work, with a blocking call as an application would (the
+    cuda-ipc worlds too: docs/transport.md, "CUDA calls in the proxy")."""
+    torch.cuda.current_stream().synchronize()
 
 
 class Ctx:

@@ -1,7 +1,7 @@
 """Device tests of the internode HT path (pytest): processes on one machine as emulated nodes
 (ANYEP_HT_RANKS_PER_NODE), the rail exchange over the proxy on libfabric shm (the exchange
-region host-staged), with and without the chaos transport reordering deliveries (cuda-ipc is
-refused: ANYEP_HT_NET_PATH in docs/environment.md). Skips, saying why, as test_ht.py does."""
+region host-staged) and on cuda-ipc (GPU memory, copies by the proxy's CUDA streams), with and
+without the chaos transport reordering deliveries. Skips, saying why, as test_ht.py does."""
 import os
 import sys
 
@@ -24,6 +24,9 @@ import ht_internode_harness as harness  # noqa: E402
 CHECK_NAMES = [c.__name__ for c in harness.CHECKS]
 SHM = {"ANYEP_HT_NET_PATH": "libfabric", "ANYEP_FI_PROVIDER": "shm", "FI_TCP_IFACE": "lo"}
 CHAOS = {"ANYEP_CHAOS_SEED": "7"}
+# The harness waits with blocking CUDA calls on this path too (docs/transport.md, "CUDA calls in
+# the proxy": anyep's kernels are loaded up front and its copy streams are few).
+CIPC = {"ANYEP_HT_NET_PATH": "cuda-ipc"}
 
 
 # name: (processes, GPUs, environment). Rank r runs on GPU r % GPUs.
@@ -32,8 +35,11 @@ WORLDS = {
     "2proc_1gpu_2nodes_shm_chaos": (2, 1, {**SHM, **CHAOS, "ANYEP_HT_RANKS_PER_NODE": "1"}),
     "4proc_1gpu_2x2_shm_chaos": (4, 1, {**SHM, **CHAOS, "ANYEP_HT_RANKS_PER_NODE": "2"}),
     "4proc_1gpu_2x2_shm": (4, 1, {**SHM, "ANYEP_HT_RANKS_PER_NODE": "2"}),
+    "2proc_1gpu_2nodes_cipc": (2, 1, {**CIPC, "ANYEP_HT_RANKS_PER_NODE": "1"}),
+    "4proc_1gpu_2x2_cipc_chaos": (4, 1, {**CIPC, **CHAOS, "ANYEP_HT_RANKS_PER_NODE": "2"}),
     "2proc_2gpu_2nodes_shm": (2, 2, {**SHM, "ANYEP_HT_RANKS_PER_NODE": "1"}),
     "4proc_2gpu_2x2_shm_chaos": (4, 2, {**SHM, **CHAOS, "ANYEP_HT_RANKS_PER_NODE": "2"}),
+    "2proc_2gpu_2nodes_cipc": (2, 2, {**CIPC, "ANYEP_HT_RANKS_PER_NODE": "1"}),
 }
 
 _cache = {}

@@ -53,8 +53,7 @@ CHECK_NAMES = [c.__name__ for c in ll_harness.CHECKS] + (["c_timeout"] if ll_har
 # proxy: over the cuda-ipc transport (GPU memory, copies through the CUDA runtime) or libfabric shm
 # (host-staged buffer: this libfabric cannot register GPU memory).
 DIRECT = {"ANYEP_LL_PATH": "auto"}
-# Host waits poll events here (ll_harness.wait_gpu: blocking CUDA calls stall the copies).
-PROXY_CUDAIPC = {"ANYEP_LL_PATH": "proxy-cuda-ipc", "ANYEP_TEST_SPIN_WAIT": "1"}
+PROXY_CUDAIPC = {"ANYEP_LL_PATH": "proxy-cuda-ipc"}
 PROXY_SHM = {"ANYEP_LL_PATH": "proxy-libfabric", "ANYEP_FI_PROVIDER": "shm"}
 # Chaos: the transport factory wraps every endpoint the LL runtime creates in the chaos transport
 # (reordered, delayed completions and immediates); the harness checks that it did. A fixed seed,

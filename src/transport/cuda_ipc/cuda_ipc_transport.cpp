@@ -61,6 +61,27 @@ std::string unique_inbox_name(uint32_t rank) {
 
 using Tracker = CopyTracker<cudaEvent_t>;
 
+// The copy streams of every cuda-ipc endpoint of this process on `device` (the first `n`; created
+// on first use, kept for the life of the process). Shared because each stream takes one of the
+// device's hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default): past that, streams
+// share a queue, and a copy queued behind a kernel that spins until that copy lands never starts.
+// One endpoint per proxy thread with streams of its own made 4 x 2 copy streams per process; an LL
+// world of 2 processes on one H200 then held its signals until the 5 s timeout, and passed with 2
+// proxy threads or CUDA_DEVICE_MAX_CONNECTIONS=32 (2026-11-26, docs/transport.md).
+std::vector<cudaStream_t> shared_copy_streams(int device, uint32_t n, const std::string& where) {
+  static std::mutex mu;
+  static std::vector<std::vector<cudaStream_t>> pools;
+  std::lock_guard<std::mutex> lock(mu);
+  if (pools.size() <= static_cast<size_t>(device)) pools.resize(static_cast<size_t>(device) + 1);
+  auto& pool = pools[static_cast<size_t>(device)];
+  while (pool.size() < n) {
+    cudaStream_t s = nullptr;
+    CIPC_CUDA_THROW(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), where);
+    pool.push_back(s);
+  }
+  return std::vector<cudaStream_t>(pool.begin(), pool.begin() + n);
+}
+
 // Copies of one issue_pending() in one runtime call where the runtime has it. CUDA 12.8 added
 // cudaMemcpyBatchAsync (with a failure index, dropped in 13.0). Copies within a batch run in any
 // order, which this transport never promised anyway (ordered_writes = false).
@@ -109,8 +130,7 @@ class CudaIpcTransport final : public Transport {
     caps_.num_nics = 1;
     inbox_ = ImmInbox::create(unique_inbox_name(o.rank), o.num_ranks, o.imm_slots);  // checks imm_slots
     CIPC_CUDA_THROW(cudaSetDevice(o.device), where());
-    streams_.resize(o.num_streams);
-    for (auto& s : streams_) CIPC_CUDA_THROW(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), where());
+    streams_ = shared_copy_streams(o.device, o.num_streams, where());
     ipc_mappings_.resize(o.num_ranks);
     // At most max_outstanding copies wait to be issued (the tracker reserved its queue): the hot
     // path never allocates for them.
@@ -140,8 +160,7 @@ class CudaIpcTransport final : public Transport {
       std::fprintf(stderr, "anyep: %s: destroyed with %zu writes/immediates not yet delivered\n", where().c_str(),
                    lost);
     track_.for_each_event([&](cudaEvent_t e) { free_events_.push_back(e); });
-    for (cudaStream_t s : streams_)
-      if (s && drained) cudaStreamDestroy(s);
+    // streams_ belong to the process's shared pool (shared_copy_streams): not destroyed here.
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     if (drained)
       for (auto& peer : ipc_mappings_)

@@ -24,7 +24,8 @@ struct CudaIpcConfig {
   int device = 0;                   // CUDA device of this endpoint; its registrations must live there
   uint32_t max_outstanding = 1024;  // writes + immediates posted but not yet completed (-EAGAIN beyond)
   uint32_t imm_slots = 4096;        // immediates per (src, dst) shared-memory ring (power of two)
-  uint32_t num_streams = 2;         // copy streams, used round robin per issued batch
+  uint32_t num_streams = 2;         // copy streams, round robin per issued batch; the first num_streams of
+                                    // the process's pool on the device, shared by all its endpoints
   // The copies queued between two polls go with one cudaMemcpyBatchAsync (CUDA 12.8+ runtime and
   // driver) when true; false, or a runtime that refuses it: one cudaMemcpyAsync per copy.
   bool batch_copies = true;

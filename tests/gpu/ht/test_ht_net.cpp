@@ -1,9 +1,7 @@
 // runtime::HTNet refuses what it cannot serve before it touches the GPU, naming the field: ranks
-// that do not form whole nodes, a num_rdma_bytes with no room for a block, and the cuda-ipc
-// transport (ANYEP_HT_NET_PATH; its copies stall behind the process's blocking CUDA calls).
+// that do not form whole nodes, and a num_rdma_bytes with no room for a block.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "common/error.h"
@@ -30,12 +28,6 @@ TEST(HtNet, RefusesRanksThatAreNotWholeNodes) {
 
 TEST(HtNet, RefusesARegionWithNoRoomForABlock) {
   expect_error<anyep::InvalidArgument>([] { HTNet(0, 2, 1, 4096); }, "num_rdma_bytes=4096");
-}
-
-TEST(HtNet, RefusesTheCudaIpcPathNamingWhy) {
-  ::setenv("ANYEP_HT_NET_PATH", "cuda-ipc", 1);
-  expect_error<anyep::Unsupported>([] { HTNet(0, 2, 1, 1 << 20); }, "ANYEP_HT_NET_PATH=cuda-ipc is not supported");
-  ::unsetenv("ANYEP_HT_NET_PATH");
 }
 
 }  // namespace
