@@ -9,20 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
-#include "common/portability.h"
 
-__global__ void spin(volatile int* flag, unsigned long long timeout_ns, int* timed_out) {
-  const uint64_t t0 = anyep::port::now_ns();
-  while (*flag == 0) {
-    const uint64_t t = anyep::port::now_ns();
-    if (t - t0 > timeout_ns) {
-      *timed_out = 1;
-      return;
-    }
-  }
-}
-using clk = std::chrono::steady_clock;
-static double ms(clk::time_point a) { return std::chrono::duration<double, std::milli>(clk::now() - a).count(); }
+#include "spin.cuh"
+
 constexpr int kAllocs = 5;
 constexpr size_t kBytes = 64 << 20;
 
@@ -33,9 +22,7 @@ void trial(const char* name, void* dst, void* src, size_t bytes, bool spin_own) 
   cudaHostGetDevicePointer((void**)&flag_d, flag_h, 0);
   cudaMalloc(&to, 4);
   cudaMemset(to, 0, 4);
-  cudaStream_t s1, s2;
-  cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
-  cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+  cudaStream_t s1 = new_stream(), s2 = new_stream();
   cudaEvent_t ev;
   cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
   cudaDeviceSynchronize();
