@@ -6,7 +6,8 @@
 // peer's data then blocks the launch behind it, and with it every other CUDA call of the process,
 // among them the copies the proxy makes for that very data on the cuda-ipc transport: both
 // processes wait for each other until the kernel's timeout (seen on one H200, 2026-11-26;
-// docs/transport.md, "Lazy loading"). Loaded up front, no launch of anyep's needs that wait.
+// docs/transport.md, "CUDA calls in the proxy"). Loaded up front, no launch of anyep's needs
+// that wait.
 #pragma once
 
 #include "common/gpu_runtime.h"

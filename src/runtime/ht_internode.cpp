@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "common/cuda_check.h"
 #include "common/env.h"
@@ -216,9 +217,13 @@ HTInternodeCounts HTInternode::route_send(const TensorRef& topk_idx, int64_t num
   expect_tensor(t.pos, "pos", DType::kInt32, 2, device_);
   expect(t.pos.shape[0] == nodes() && t.pos.shape[1] == N,
          [&] { return "the pass's pos table must be [" + to_string(nodes()) + ", " + to_string(N) + "]"; });
-  for (const TensorRef* r : {&t.send_rows, &t.recv_rows}) {
-    expect_tensor(*r, "the pass's row counts", DType::kInt64, 1, device_);
-    expect(r->shape[0] == nodes(), [&] { return "the pass's row counts must be [" + to_string(nodes()) + "]"; });
+  const std::pair<const TensorRef*, const char*> row_counts[] = {{&t.send_rows, "send_rows"},
+                                                                 {&t.recv_rows, "recv_rows"}};
+  for (const auto& rc : row_counts) {
+    const char* name = rc.second;
+    expect_tensor(*rc.first, name, DType::kInt64, 1, device_);
+    expect(rc.first->shape[0] == nodes(),
+           [&] { return std::string("the pass's ") + name + " table must be [" + to_string(nodes()) + "]"; });
   }
 
   ht::RouteArgs ra;
