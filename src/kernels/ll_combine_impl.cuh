@@ -5,15 +5,20 @@
 // private slot (token, top-k slot) on r (ll_layout.h: combine slot). After all rows of the
 // expert, one thread per rank stores the expert's flag on that rank (release, system scope), so
 // the flag is ordered after the rows; ranks that received nothing from this expert get the flag
-// too, which is how a home rank learns "nothing more is coming".
+// too, which is how a home rank learns "nothing more is coming". A flag holds the number of the
+// call on its buffer half (its epoch, Workspace::combine_epoch) rather than 1, so nobody resets it.
+// Through the proxy the flag is a SIGNAL adding 1 (below).
+// (The balanced send, send_balanced below, spreads the rows of all experts over the blocks.)
 // A home rank behind the proxy: each row is staged in the dispatch slot it arrived in (half b_d of
 // the handle's dispatch, stage_row_off: consumed already, and not rewritten before rank r has
 // received this combine), a WRITE per row copies it to the home slot, and the expert's flag goes
 // as a SIGNAL with kFenceCount = the rows it covers, in the same ring after them.
 // Receive (home rank): one block per token: wait for the flags of the token's experts (acquire,
-// system scope), then out[t] = sum_k w[t,k] * slot[t,k] in FP32, in slot order (the same sum on
-// every run), stored as BF16. The last block waits for the remaining flags and resets all of them
-// for the next use of this half.
+// system scope) to reach this call's epoch, then out[t] = sum_k w[t,k] * slot[t,k] in FP32, in
+// slot order (the same sum on every run), stored as BF16. With direct owners only there is no
+// last-block pass: a flag no token waited on is simply overtaken by the next call's (a last block
+// that waited for every flag and reset them gave the receive a grid-wide tail). Flags through the
+// proxy are counters that only add: they keep that pass (Workspace::combine_epoch says why).
 // Shrink mode (c.mask set): nothing is sent to a masked rank, and the experts of a masked owner
 // are not waited for and contribute nothing; an owner whose flag times out is masked.
 // LogFMT (a.logfmt): each row goes encoded (logfmt.h; row layout in ll_layout.h), written by
@@ -39,6 +44,14 @@ constexpr int kLogfmtChunkRows = 64;           // rows whose encode masks a bloc
 constexpr int kSendChunkRows = 128;            // balanced send: rows whose source and target a block maps at once
 constexpr int kSendUnroll = 4;                 // balanced send: 16-byte loads in flight per thread
 static_assert(kBlockThreads % kTeam == 0, "a block is whole teams");
+
+// The block's count of combine calls so far on this call's buffer half, for `phase` (0 send, 1
+// receive): Workspace::combine_epoch. A phase reads it where it starts and uses it late (flags,
+// waits), so the load costs no round trip of its own, and writes it back, plus one, once no
+// thread of the block reads it any more.
+__device__ __forceinline__ uint32_t* epoch_word(const Common& c, int phase) {
+  return c.ws.combine_epoch + (c.buf * 2 + phase) * kMaxBlocks + blockIdx.x;
+}
 
 // A team's (amax, amin) of its group; every lane of the warp must call this (on = false: a lane
 // without a group this round, neutral).
@@ -255,8 +268,15 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
   __shared__ int s_begin[kMaxExperts];  // first row of pair p in the expert's part of x
   __shared__ const uint4* s_src[kSendChunkRows];
   __shared__ uint4* s_dst[kSendChunkRows];  // null: the row is not sent (masked rank)
+  __shared__ uint32_t s_epoch;
 
+  // The last thread (no pair counts to load in the scan at P <= 4092) reads the epoch; the scan's
+  // barriers publish it, and from then on the block reads the shared copy.
+  const bool last = threadIdx.x == blockDim.x - 1;
+  if (last) s_epoch = *epoch_word(c, 0) + 1;
   scan_pair_rows(a.layout_range, P, s_first, s_begin);
+  const uint32_t epoch = s_epoch;
+  if (last) *epoch_word(c, 0) = epoch;
   const int64_t N = s_first[P];
   const int blocks = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int i0 = share_begin(N, b, blocks), i1 = share_begin(N, b + 1, blocks);
@@ -275,8 +295,9 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
               : reinterpret_cast<uint4*>(base + g.combine_values_off(c.buf, a.src_info[row], a.src_topk[row]));
     }
     __syncthreads();
-    // kSendUnroll loads in flight per thread before their stores.
     const int total = rows * nvec;
+    // Later rounds (more than kSendUnroll vectors a thread): kSendUnroll loads in flight per thread
+    // before their stores.
     for (int j0 = threadIdx.x; j0 < total; j0 += kSendUnroll * blockDim.x) {
       uint4 val[kSendUnroll];
       uint4* dst[kSendUnroll];
@@ -312,7 +333,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
     c.ws.combine_done[p] = 0;  // every block's add for this call is in; the next call's come after the kernel
     if (dev::rank_masked(c, r)) continue;
     port::store_release_system(reinterpret_cast<int32_t*>(c.peers[r] + g.combine_flag_off(c.buf, c.rank * L + p / R)),
-                               1);
+                               static_cast<int32_t>(epoch));
   }
   for (int p = blockIdx.x + threadIdx.x * gridDim.x; p < P; p += gridDim.x * blockDim.x) {
     const int r = p % R, rows = s_first[p + 1] - s_first[p];
@@ -321,7 +342,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
     } else if (rows == 0 && !dev::rank_masked(c, r)) {
       // No rows: nothing for the flag to be ordered after.
       port::store_release_system(reinterpret_cast<int32_t*>(c.peers[r] + g.combine_flag_off(c.buf, c.rank * L + p / R)),
-                                 1);
+                                 static_cast<int32_t>(epoch));
     }
   }
 }
@@ -331,6 +352,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
 template <bool kCompact>
 __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
   const Common& c = a.c;
+  const uint32_t epoch = *epoch_word(c, 0) + 1;
   const Layout& g = c.g;
   const int L = static_cast<int>(g.L()), R = static_cast<int>(g.R), T = static_cast<int>(g.T);
   const int H = static_cast<int>(g.H);
@@ -396,14 +418,17 @@ __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
         port::fence_system();
         // Flag after data: release at system scope covers the rows the block wrote (observed
         // through __syncthreads); the home rank reads the flag with acquire.
-        port::store_release_system(reinterpret_cast<int32_t*>(base + flag), 1);
+        port::store_release_system(reinterpret_cast<int32_t*>(base + flag), static_cast<int32_t>(epoch));
       } else if (proxy) {
         // Flag after data through the proxy: applied once the expert's `count` rows for r landed.
+        // It adds 1 (a proxy counter only adds; the home rank resets it).
         const int count = static_cast<int>(static_cast<uint32_t>(a.layout_range[static_cast<int64_t>(l) * R + r]));
         dev::push_count_signal(c, proxy_tag(kTagCombine, c.buf, l, g.R), r, counter_of(flag), 1, count, c.rank * L + l);
       }
     }
   }
+  __syncthreads();  // every thread has read the epoch
+  if (threadIdx.x == 0) *epoch_word(c, 0) = epoch;
 }
 
 template <bool kCompact>
@@ -416,6 +441,7 @@ __device__ __forceinline__ void send_phase(const CombineArgs& a) {
 
 __device__ void recv_phase(const CombineArgs& a) {
   const Common& c = a.c;
+  const uint32_t epoch = *epoch_word(c, 1) + 1;
   const Layout& g = c.g;
   const int L = static_cast<int>(g.L()), K = c.num_topk;
   const int E = static_cast<int>(g.E);
@@ -438,8 +464,13 @@ __device__ void recv_phase(const CombineArgs& a) {
       if (e >= 0 && e < E) {
         uint64_t waited = 0;
         bool timed_out = false;
-        const bool arrived = dev::wait_signal(c, c.peers[e / L] != nullptr, g.combine_flag_off(c.buf, e), e / L,
-                                              &waited, &timed_out) != 0;
+        uint32_t flag = 0;
+        const bool direct = dev::direct_peer(c, e / L);
+        // Direct: the flag holds the sender's epoch. Proxied: a counter the last block resets.
+        const bool arrived = dev::wait_signal_until(
+            c, direct, g.combine_flag_off(c.buf, e), e / L,
+            [epoch, direct](uint32_t word) { return direct ? dev::epoch_reached(word, epoch) : word != 0u; }, &waited,
+            &timed_out, &flag);
         if (timed_out) dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, t);
         if (a.wait_recv_cost_stats)
           atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + e / L),
@@ -471,16 +502,20 @@ __device__ void recv_phase(const CombineArgs& a) {
     }
     __syncthreads();  // s_src/s_w/s_valid reuse
   }
-  if (dev::last_block(&c.ws.blocks_done[0])) {
-    // Every expert signals every rank; wait for the flags no token waited on, then reset all of
-    // them (the next writer of this half is causally after this kernel).
+  // The waiting threads read the epoch before a barrier of the loop above (a block without tokens
+  // does not use it).
+  if (threadIdx.x == 0) *epoch_word(c, 1) = epoch;
+  if (!c.all_direct && dev::last_block(&c.ws.blocks_done[0])) {
+    // Proxied owners signal every rank through counters that only add: wait for the counters no
+    // token waited on, then reset them all (the next writer of this half is causally after this
+    // kernel). Direct flags need nothing: the next call's epoch overtakes them.
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
-      const bool direct = c.peers[e / L] != nullptr;
+      if (c.peers[e / L] != nullptr) continue;
       const uint64_t flag = g.combine_flag_off(c.buf, e);
       bool timed_out = false;
-      dev::wait_signal(c, direct, flag, e / L, nullptr, &timed_out);  // a masked owner: no wait
+      dev::wait_signal(c, false, flag, e / L, nullptr, &timed_out);  // a masked owner: no wait
       if (timed_out) dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, -1);
-      dev::reset_signal(c, direct, flag);
+      dev::reset_signal(c, false, flag);
     }
   }
 }

@@ -27,22 +27,33 @@ __device__ inline void report(ErrorRecord* err, uint32_t code, int rank, int exp
 // (completion counts among blocks of this GPU), port::load16_read_once for inputs read once.
 __device__ __forceinline__ void st16(void* p, const uint4& v) { port::store16(p, v); }
 
-// Spin until *p (acquire, system scope) is non-zero; returns the value, or 0 on timeout. W is the
-// signal word: int32 in an LL buffer (direct peers), uint64 in the proxy's host counters. A
-// non-null `mask_word` (shrink mode) also ends the wait, with 0, once it turns non-zero: another
+// i / n for 0 <= i and n > 0 through the float reciprocal inv = 1.0f / n: a multiply and a
+// correction instead of an integer division (about 20 instructions) per 16-byte vector of a copy.
+// The estimate is exact or one off below 2^24 (the loops then run once at most); always correct.
+__device__ __forceinline__ int div_by(int i, int n, float inv) {
+  int q = __float2int_rz(__int2float_rn(i) * inv);
+  while (q * n > i) --q;
+  while ((q + 1) * n <= i) ++q;
+  return q;
+}
+
+// Spin until ready(*p) (acquire, system scope); true with the value in *value, false on timeout. W
+// is the signal word: int32 in an LL buffer (direct peers), uint64 in the proxy's host counters. A
+// non-null `mask_word` (shrink mode) also ends the wait, with false, once it turns non-zero: another
 // thread masked the peer, so waits on it stop at once instead of each running into the timeout.
-template <typename W>
-__device__ inline W wait_nonzero_sys(const W* p, uint64_t timeout_ns, uint64_t* waited_ns,
-                                     const int32_t* mask_word = nullptr) {
+template <typename W, typename Ready>
+__device__ inline bool wait_sys(const W* p, Ready ready, uint64_t timeout_ns, uint64_t* waited_ns,
+                                const int32_t* mask_word, W* value) {
   const uint64_t start = port::now_ns();
   for (;;) {
     const W v = port::load_acquire_system(p);
-    if (v != 0) {
+    if (ready(v)) {
       if (waited_ns) *waited_ns = port::now_ns() - start;
-      return v;
+      *value = v;
+      return true;
     }
-    if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return 0;
-    if (port::now_ns() - start > timeout_ns) return 0;
+    if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return false;
+    if (port::now_ns() - start > timeout_ns) return false;
   }
 }
 
@@ -82,33 +93,64 @@ __device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
   return host_mem ? port::load_uncached(p) : port::load_l2(p);
 }
 
+// Does rank r take direct stores (a CUDA IPC / NVLink pointer in c.peers)? Without a kernel
+// argument saying all do, one load of the peer table.
+__device__ __forceinline__ bool direct_peer(const Common& c, int r) { return c.all_direct || c.peers[r] != nullptr; }
+
 // A count/flag signal at byte offset `off` of the signal area, sent by rank `peer`: a direct peer
-// stores it into our buffer (int32); a proxy adds it to counter counter_of(off) in host memory
-// (64-bit). Spin until non-zero (acquire, system scope); returns the value, or 0 when none came:
+// stores it into our buffer (int32); a proxy adds to counter counter_of(off) in host memory
+// (64-bit). Spin until ready(low 32 bits) (acquire, system scope); true with them in *value, false
+// when none came:
 //  - shrink mode: the peer is masked (before or during the wait), or the wait timed out, which
 //    masks it here (the call goes on without it, as DeepEP's elastic mode does);
 //  - otherwise the wait timed out and *timed_out is set: the caller reports the error, naming the peer.
-__device__ inline int wait_signal(const Common& c, bool direct, uint64_t off, int peer, uint64_t* waited_ns,
-                                  bool* timed_out) {
+template <typename Ready>
+__device__ inline bool wait_signal_until(const Common& c, bool direct, uint64_t off, int peer, Ready ready,
+                                         uint64_t* waited_ns, bool* timed_out, uint32_t* value) {
   *timed_out = false;
   const int32_t* mask_word = c.mask != nullptr ? c.mask + peer : nullptr;
-  if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return 0;
-  int v;
+  if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return false;
+  bool ok;
   if (direct) {
-    v = wait_nonzero_sys(reinterpret_cast<const int32_t*>(c.local + off), c.timeout_ns, waited_ns, mask_word);
+    int32_t v = 0;
+    ok = wait_sys(
+        reinterpret_cast<const int32_t*>(c.local + off), [&](int32_t w) { return ready(static_cast<uint32_t>(w)); },
+        c.timeout_ns, waited_ns, mask_word, &v);
+    *value = static_cast<uint32_t>(v);
   } else {
     static_assert(sizeof(*c.proxy.counters) == sizeof(uint64_t), "proxy counters are 64-bit words");
-    v = static_cast<int>(wait_nonzero_sys(reinterpret_cast<const uint64_t*>(c.proxy.counters + counter_of(off)),
-                                          c.timeout_ns, waited_ns, mask_word));
+    uint64_t v = 0;
+    ok = wait_sys(
+        reinterpret_cast<const uint64_t*>(c.proxy.counters + counter_of(off)),
+        [&](uint64_t w) { return ready(static_cast<uint32_t>(w)); }, c.timeout_ns, waited_ns, mask_word, &v);
+    *value = static_cast<uint32_t>(v);
   }
-  if (v != 0) return v;
+  if (ok) return true;
   if (mask_word == nullptr) {
     *timed_out = true;
   } else {
     atomicExch(c.mask + peer, 1);  // timed out (or masked meanwhile): skip the peer from now on
   }
-  return 0;
+  return false;
 }
+
+// A dispatch count (never 0 once sent: count + 1): its value, or 0 when none came (as above).
+__device__ inline int wait_signal(const Common& c, bool direct, uint64_t off, int peer, uint64_t* waited_ns,
+                                  bool* timed_out) {
+  uint32_t v = 0;
+  return wait_signal_until(
+             c, direct, off, peer, [](uint32_t w) { return w != 0u; }, waited_ns, timed_out, &v)
+             ? static_cast<int>(v)
+             : 0;
+}
+
+// Combine flags stored directly count calls instead of being reset (Workspace::combine_epoch): the
+// flag of call `epoch` on a half has come once the word has reached it. Compared as a signed
+// difference, so the count may wrap.
+__device__ __forceinline__ bool epoch_reached(uint32_t word, uint32_t epoch) {
+  return static_cast<int32_t>(word - epoch) >= 0;
+}
+
 // The reader resets a signal it consumed; the next writer of it is causally after this kernel.
 __device__ inline void reset_signal(const Common& c, bool direct, uint64_t off) {
   if (direct) {

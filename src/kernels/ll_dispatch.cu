@@ -8,10 +8,10 @@
 // with 16-byte stores to every destination, and counts the token as sent per expert. One warp
 // per expert then waits until all of that expert's tokens are counted and stores the count to the
 // owner (release, system scope): the count is ordered after the data it covers.
-// Receive: one block per (local expert, source rank) region: wait for the count (acquire, system
-// scope), reserve rows in recv_x with an atomic on the expert's row counter (arrival order, as
-// DeepEP packs them), copy payload, scales, source token and top-k slot; the last block publishes
-// recv_count.
+// Receive: one team of a block per (local expert, source rank) region: wait for the count
+// (acquire, system scope), reserve rows in recv_x with an atomic on the expert's row counter
+// (arrival order, as DeepEP packs them) while the first round of the copy is loaded, copy
+// payload, scales, source token and top-k slot; the expert's last source publishes recv_count.
 //
 // NVLink peers get direct stores through CUDA IPC pointers (c.peers[r]); a null entry marks a
 // peer behind the proxy: the message is built in this rank's staging slot (b, t, k), a WRITE
@@ -222,8 +222,8 @@ __device__ void send_phase(const DispatchArgs& a) {
 constexpr int kRecvTeams = port::kTeamBarriers ? 4 : 1;
 constexpr int kRecvTeamThreads = kBlockThreads / kRecvTeams;
 static_assert(kRecvTeamThreads % port::kWarpSize == 0, "a receive team is whole warps");
-constexpr int kRecvUnroll = 4;   // 16-byte loads in flight per thread in the row copy
 constexpr int kRouteChunk = 64;  // route entries a receive team holds at once (shared memory)
+constexpr int kRecvUnroll = 4;   // 16-byte payload loads in flight per thread in one round
 
 // The message of row c0 + s of a (local expert, source) region: fast layout, the region's slots in
 // order; compact, the one its route entry names (the chunk's entries, in shared memory).
@@ -234,76 +234,99 @@ __device__ __forceinline__ const uint8_t* msg_of(const uint8_t* region, const in
   return region + static_cast<int64_t>(c0 + s) * M;
 }
 
-// Copies rows [first, first + rows) of (local expert l, source r) out of the dispatch region into
-// recv_x (from row `begin` of the expert's part), with their source token, top-k slot and scales.
-// A team of kRecvTeamThreads, thread tt. Compact: `route_chunk` holds the messages of these rows.
+// A team's copy of rows [first, first + rows) of (local expert l, source r) out of the dispatch
+// region into recv_x, with their source token, top-k slot and scales, in rounds: in round j
+// thread tt loads up to kRecvUnroll payload vectors, one header and one scale word, all before any
+// of its stores (payload, headers and scales in sequence took a round trip each). Compact:
+// `route_chunk` holds the messages of these rows.
+struct RecvRows {
+  const uint8_t* region;
+  const int* route_chunk;
+  int l, first, rows;
+};
+struct RecvRound {
+  uint4 val[kRecvUnroll];
+  int2 head;       // the row's header: source token, top-k slot
+  uint32_t scale;  // FP8: the float's bits; UE8M0: kUe8m0Pack exponent bytes (packed at the load)
+};
+
+__device__ __forceinline__ int recv_scale_words(const DispatchArgs& a) {
+  const int G = static_cast<int>(a.c.g.H) / kScaleGroup;
+  return a.fmt == Format::kFP8 ? G : a.fmt == Format::kFP8UE8M0 ? G / kUe8m0Pack : 0;
+}
+__device__ __forceinline__ int recv_nvec(const DispatchArgs& a) {
+  return static_cast<int>(a.fmt == Format::kBF16 ? 2 * a.c.g.H : a.c.g.H) / 16;
+}
+// Rounds a team needs for `rows` rows: the most of the payload's, the headers' and the scales'.
+__device__ __forceinline__ int recv_round_count(const DispatchArgs& a, int rows) {
+  const int n = rows * recv_nvec(a), per = kRecvUnroll * kRecvTeamThreads;
+  const int w = rows * recv_scale_words(a);
+  return max(max((n + per - 1) / per, (rows + kRecvTeamThreads - 1) / kRecvTeamThreads),
+             (w + kRecvTeamThreads - 1) / kRecvTeamThreads);
+}
+
+// Payload vector i of the rows is vector i % nvec of row i / nvec: its store is at i * 16 of the
+// rows' part of recv_x (rows are contiguous there), so only the load needs the row.
 template <bool kCompact>
-__device__ __forceinline__ void recv_rows(const DispatchArgs& a, const uint8_t* region, const int* route_chunk, int l,
-                                          int begin, int first, int rows, int tt) {
-  const Layout& g = a.c.g;
+__device__ __forceinline__ void recv_load(const DispatchArgs& a, const RecvRows& q, int j, int tt, RecvRound& rr) {
   const Common& c = a.c;
-  const int H = static_cast<int>(g.H), G = H / kScaleGroup;
+  const uint64_t M = c.g.msg_bytes();
+  const int nvec = recv_nvec(a), n = q.rows * nvec;
+  const float inv = 1.0f / static_cast<float>(nvec);
+#pragma unroll
+  for (int u = 0; u < kRecvUnroll; ++u) {
+    const int i = (j * kRecvUnroll + u) * kRecvTeamThreads + tt;
+    if (i < n) {
+      const int s = dev::div_by(i, nvec, inv), v = i - s * nvec;
+      // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
+      rr.val[u] = dev::ld_recv(
+          reinterpret_cast<const uint4*>(msg_of<kCompact>(q.region, q.route_chunk, q.first, s, M) + kHeaderBytes) + v,
+          c.host_mem);
+    }
+  }
+  const int s = j * kRecvTeamThreads + tt;
+  if (s < q.rows)
+    rr.head = dev::ld_recv(reinterpret_cast<const int2*>(msg_of<kCompact>(q.region, q.route_chunk, q.first, s, M)),
+                           c.host_mem);
+  const int W = recv_scale_words(a), i = j * kRecvTeamThreads + tt;
+  if (i < q.rows * W) {
+    const int sr = i / W, gi = i - sr * W;
+    const uint8_t* sp = msg_of<kCompact>(q.region, q.route_chunk, q.first, sr, M) + c.g.fp8_scale_offset();
+    if (a.fmt == Format::kFP8) {
+      rr.scale = dev::ld_recv(reinterpret_cast<const uint32_t*>(sp) + gi, c.host_mem);
+    } else {
+      // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first
+      // (packed here, not at the store: one register held instead of four; a rare format).
+      const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(sp) + gi, c.host_mem);
+      rr.scale = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) | (port::ue8m0_exponent(f.z) << 16) |
+                 (port::ue8m0_exponent(f.w) << 24);
+    }
+  }
+}
+
+// Round j's stores; `begin`: the region's first row in the expert's part of recv_x.
+__device__ __forceinline__ void recv_store(const DispatchArgs& a, const RecvRows& q, int begin, int j, int tt,
+                                           const RecvRound& rr) {
+  const Layout& g = a.c.g;
   const int64_t RT = g.R * g.T;
-  const uint64_t M = g.msg_bytes();
-  const int row_bytes = a.fmt == Format::kBF16 ? 2 * H : H;
-  const int nvec = row_bytes / 16;
-  uint8_t* recv_x = static_cast<uint8_t*>(a.recv_x);
-  const int64_t row0 = static_cast<int64_t>(l) * RT + begin;
-  uint8_t* out = recv_x + (row0 + first) * row_bytes;
-  const int n = rows * nvec;
-  for (int i0 = tt; i0 < n; i0 += kRecvUnroll * kRecvTeamThreads) {
-    // All loads first, then the stores: kRecvUnroll loads in flight instead of one.
-    uint4 val[kRecvUnroll];
+  const int nvec = recv_nvec(a), n = q.rows * nvec;
+  const int64_t row0 = static_cast<int64_t>(q.l) * RT + begin + q.first;
+  uint4* out = reinterpret_cast<uint4*>(a.recv_x) + row0 * nvec;
 #pragma unroll
-    for (int u = 0; u < kRecvUnroll; ++u) {
-      const int i = i0 + u * kRecvTeamThreads;
-      if (i < n) {
-        const int s = i / nvec, v = i - s * nvec;
-        // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
-        val[u] = dev::ld_recv(
-            reinterpret_cast<const uint4*>(msg_of<kCompact>(region, route_chunk, first, s, M) + kHeaderBytes) + v,
-            c.host_mem);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kRecvUnroll; ++u) {
-      const int i = i0 + u * kRecvTeamThreads;
-      if (i < n) {
-        const int s = i / nvec, v = i - s * nvec;
-        dev::st16(out + static_cast<int64_t>(s) * row_bytes + v * 16, val[u]);
-      }
-    }
+  for (int u = 0; u < kRecvUnroll; ++u) {
+    const int i = (j * kRecvUnroll + u) * kRecvTeamThreads + tt;
+    if (i < n) dev::st16(out + i, rr.val[u]);
   }
-  for (int s = tt; s < rows; s += kRecvTeamThreads) {
-    const int4 h =
-        dev::ld_recv(reinterpret_cast<const int4*>(msg_of<kCompact>(region, route_chunk, first, s, M)), c.host_mem);
-    a.src_info[row0 + first + s] = h.x;
-    a.src_topk[row0 + first + s] = h.y;
+  const int s = j * kRecvTeamThreads + tt;
+  if (s < q.rows) {
+    a.src_info[row0 + s] = rr.head.x;
+    a.src_topk[row0 + s] = rr.head.y;
   }
-  if (a.fmt == Format::kFP8) {
-    float* sc = static_cast<float*>(a.recv_scales);
-    for (int i = tt; i < rows * G; i += kRecvTeamThreads) {
-      const int s = i / G, gi = i - s * G;
-      const float f = dev::ld_recv(
-          reinterpret_cast<const float*>(msg_of<kCompact>(region, route_chunk, first, s, M) + g.fp8_scale_offset()) +
-              gi,
-          c.host_mem);
-      sc[(static_cast<int64_t>(l) * G + gi) * RT + begin + first + s] = f;  // [L, G, R*T]: column-major view
-    }
-  } else if (a.fmt == Format::kFP8UE8M0) {
-    int32_t* sc = static_cast<int32_t*>(a.recv_scales);
-    const int G4 = G / kUe8m0Pack;
-    for (int i = tt; i < rows * G4; i += kRecvTeamThreads) {
-      const int s = i / G4, gi = i - s * G4;
-      const float4 f = dev::ld_recv(
-          reinterpret_cast<const float4*>(msg_of<kCompact>(region, route_chunk, first, s, M) + g.fp8_scale_offset()) +
-              gi,
-          c.host_mem);
-      // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first.
-      const uint32_t packed = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) |
-                              (port::ue8m0_exponent(f.z) << 16) | (port::ue8m0_exponent(f.w) << 24);
-      sc[(static_cast<int64_t>(l) * G4 + gi) * RT + begin + first + s] = static_cast<int32_t>(packed);
-    }
+  const int W = recv_scale_words(a), i = j * kRecvTeamThreads + tt;
+  if (i < q.rows * W) {
+    const int sr = i / W, gi = i - sr * W;
+    // [L, W, R*T]: the column-major view of the scales (FP8: fp32; UE8M0: packed int32).
+    static_cast<uint32_t*>(a.recv_scales)[(static_cast<int64_t>(q.l) * W + gi) * RT + begin + q.first + sr] = rr.scale;
   }
 }
 
@@ -323,15 +346,15 @@ __device__ void recv_phase(const DispatchArgs& a) {
   // left 60 SMs idle (ncu: SM active 46% of the kernel's cycles).
   for (int p = team * gridDim.x + blockIdx.x; p < L * R; p += gridDim.x * kRecvTeams) {
     const int l = p / R, r = p % R;
+    int count = 0;
     if (tt == 0) {
-      const bool direct = c.peers[r] != nullptr;
+      const bool direct = dev::direct_peer(c, r);
       const uint64_t sig = g.dispatch_count_off(c.buf, l, r);
       uint64_t waited = 0;
       bool timed_out = false;
       // A masked source (shrink mode) counts as 0 tokens; so does one that timed out (and is
       // masked now) in shrink mode. Without shrink mode a timeout is an error naming the source.
       const int v = dev::wait_signal(c, direct, sig, r, &waited, &timed_out);
-      int count = 0;
       if (v == 0) {
         if (timed_out) dev::report(c.err, kErrDispatchRecvTimeout, c.rank, c.rank * L + l, r, 0);
       } else {
@@ -339,23 +362,9 @@ __device__ void recv_phase(const DispatchArgs& a) {
         // Reset for the call after next on this half: its sender is causally after our return.
         dev::reset_signal(c, direct, sig);
       }
-      // One add counts the rows and the arrival (Workspace::recv_arrivals): the adds to one word
-      // are totally ordered, so the one that finds R - 1 arrivals is last and the rows before it
-      // plus its own are the expert's total.
-      const unsigned long long old = atomicAdd(&c.ws.recv_arrivals[l], (1ull << 32) | static_cast<unsigned>(count));
-      const int begin = static_cast<int>(static_cast<uint32_t>(old));  // bits 0..31: rows before
-      if (static_cast<int>(old >> 32) == R - 1) {
-        a.recv_count[l] = begin + count;
-        if (a.cumulative_recv_stats) a.cumulative_recv_stats[l] += begin + count;
-        // Every source of l has added: the next adds are the next call's, after this kernel.
-        c.ws.recv_arrivals[l] = 0ull;
-      }
-      if (p == 0 && a.handle_half) *a.handle_half = c.buf;
-      a.layout_range[static_cast<int64_t>(l) * R + r] = (static_cast<int64_t>(begin) << 32) | count;
       if (a.wait_recv_cost_stats)
         atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
                   static_cast<unsigned long long>(waited));
-      s_begin[team] = begin;
       s_count[team] = count;
       if constexpr (kCompact) {
         // The first chunk of the route list (below), read here after the acquire: independent
@@ -365,27 +374,55 @@ __device__ void recv_phase(const DispatchArgs& a) {
       }
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // the team's first thread's acquire covers the team
-    const int begin = s_begin[team], count = s_count[team];
-    // Fast: rows s of (l, r) are the region's slots in order. Compact: row s is message route[s]
-    // of source r's region (written before the count we acquired), the list read into shared
-    // memory a chunk at a time: one load per row, not one per 16-byte vector before each data load.
+    count = s_count[team];
+    // Fast: rows s of (l, r) are the region's slots in order, one chunk. Compact: row s is message
+    // route[s] of source r's region (written before the count we acquired), the list read into
+    // shared memory a chunk at a time: one load per row, not one per 16-byte vector before each
+    // data load.
     const uint8_t* region =
         c.local + (kCompact ? g.dispatch_msg_off(c.buf, r, 0) : g.dispatch_slot_off(c.buf, l, r, 0));
-    if constexpr (!kCompact) {
-      recv_rows<false>(a, region, nullptr, l, begin, 0, count, tt);
-    } else {
-      for (int c0 = 0; c0 < count; c0 += kRouteChunk) {
-        const int rows = min(kRouteChunk, count - c0);
-        if (c0 > 0) {  // chunk 0 was read by the team's first thread
-          const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, c0));
-          for (int s = tt; s < rows; s += kRecvTeamThreads) s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
-          port::team_sync(team_bar, kRecvTeamThreads);
+    const int chunk = kCompact ? kRouteChunk : max(count, 1);
+    int begin = 0;
+    for (int c0 = 0; c0 == 0 || c0 < count; c0 += chunk) {
+      if (c0 > 0) {                                   // chunk 0 was read by the team's first thread
+        port::team_sync(team_bar, kRecvTeamThreads);  // the previous chunk's entries are used
+        const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, c0));
+        for (int s = tt; s < min(chunk, count - c0); s += kRecvTeamThreads)
+          s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
+        port::team_sync(team_bar, kRecvTeamThreads);
+      }
+      const RecvRows q{region, s_route[team], l, c0, min(chunk, count - c0)};
+      const int rounds = max(1, recv_round_count(a, q.rows));  // round 0 also reserves the rows
+      for (int j = 0; j < rounds; ++j) {
+        RecvRound rr;
+        recv_load<kCompact>(a, q, j, tt, rr);
+        if (c0 == 0 && j == 0) {
+          // The reservation goes out after round 0's loads: its atomic and the loads take one
+          // round trip together, and only the stores need `begin`.
+          if (tt == 0) {
+            // One add counts the rows and the arrival (Workspace::recv_arrivals): the adds to one
+            // word are totally ordered, so the one that finds R - 1 arrivals is last and the rows
+            // before it plus its own are the expert's total.
+            const unsigned long long old =
+                atomicAdd(&c.ws.recv_arrivals[l], (1ull << 32) | static_cast<unsigned>(count));
+            const int first = static_cast<int>(static_cast<uint32_t>(old));  // bits 0..31: rows before
+            if (static_cast<int>(old >> 32) == R - 1) {
+              a.recv_count[l] = first + count;
+              if (a.cumulative_recv_stats) a.cumulative_recv_stats[l] += first + count;
+              // Every source of l has added: the next adds are the next call's, after this kernel.
+              c.ws.recv_arrivals[l] = 0ull;
+            }
+            if (p == 0 && a.handle_half) *a.handle_half = c.buf;
+            a.layout_range[static_cast<int64_t>(l) * R + r] = (static_cast<int64_t>(first) << 32) | count;
+            s_begin[team] = first;
+          }
+          port::team_sync(team_bar, kRecvTeamThreads);  // s_begin
+          begin = s_begin[team];
         }
-        recv_rows<true>(a, region, s_route[team], l, begin, c0, rows, tt);
-        if (c0 + kRouteChunk < count) port::team_sync(team_bar, kRecvTeamThreads);  // the chunk is refilled
+        recv_store(a, q, begin, j, tt, rr);
       }
     }
-    port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count reuse
+    port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count/s_route reuse
   }
 }
 

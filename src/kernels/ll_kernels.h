@@ -11,6 +11,8 @@
 
 namespace anyep::ll {
 
+inline constexpr int kMaxBlocks = 1024;  // grid size limit (one block per SM); Workspace::combine_epoch
+
 // Which half of a staged operation a launch runs (both = one fused launch).
 enum Phase : int { kPhaseSend = 1, kPhaseRecv = 2, kPhaseBoth = 3 };
 
@@ -41,8 +43,8 @@ struct alignas(32) ErrorRecord {
 };
 static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord is 32 bytes");
 
-// Local (not shared) scratch counters. The first reset_ints() the kernels keep at zero between
-// calls (clean zeroes them); the barrier counts only grow.
+// Local (not shared) scratch counters, zeroed by clean. The kernels keep the counts of one call at
+// zero between calls; the combine epochs and the barrier counts only grow.
 struct Workspace {
   int32_t* send_slot;  // [E] next free slot per destination expert
   int32_t* send_done;  // [E] messages written per destination expert
@@ -51,11 +53,19 @@ struct Workspace {
   // tells the last source that it is last (it publishes the count and resets the word), so the
   // receive needs no last-block pass. 8-byte aligned: it starts at int 2E of the workspace.
   unsigned long long* recv_arrivals;
-  int32_t* blocks_done;   // [1] finished combine receive blocks
+  int32_t* blocks_done;   // [1] finished combine receive blocks (the last one resets the proxied flags)
   int32_t* combine_done;  // [E] per (local expert, rank) pair, this call: rows the combine send has written
+  // [2 halves][2 phases (send, receive)][kMaxBlocks]: combine calls so far on a buffer half, one
+  // copy per block (every block runs every call, so the copies agree and no block waits for
+  // another to advance it). A combine flag stored directly carries its call's number instead of
+  // being reset by a last-block pass: the receive waits until it has reached its own number
+  // (dev::epoch_reached). Flags through the proxy add 1 and are reset by the last block: a proxy
+  // counter only adds, and after a change of shape another rank may add to it.
+  uint32_t* combine_epoch;
   int32_t* barrier_sent;  // [R] barrier arrivals sent to each rank
   int32_t* barrier_seen;  // [R] barrier arrivals of each rank consumed here
-  static constexpr int64_t reset_ints(int64_t E) { return 5 * E + 8; }
+  static constexpr int64_t kEpochInts = 4 * static_cast<int64_t>(kMaxBlocks);
+  static constexpr int64_t reset_ints(int64_t E) { return 5 * E + 8 + kEpochInts; }
   static constexpr int64_t ints(int64_t E) { return reset_ints(E) + 2 * E; }  // R <= E
 };
 
@@ -76,9 +86,10 @@ struct Common {
   int num_tokens = 0;  // this rank's tokens, <= g.T
   int buf = 0;         // buffer half, 0 or 1
   int phases = kPhaseBoth;
-  int num_blocks = 0;               // grid size (all blocks must be co-resident)
+  int num_blocks = 0;               // grid size (all blocks must be co-resident), <= kMaxBlocks
   uint8_t* local = nullptr;         // this rank's LL buffer
   uint8_t* const* peers = nullptr;  // device array [R]: peer buffer via CUDA IPC, null if not NVLink
+  bool all_direct = false;          // every entry of peers is set: waits skip the table (dev::direct_peer)
   bool host_mem = false;            // `local` is pinned host memory (host-staged proxy buffer)
   ProxyPath proxy{};
   Workspace ws{};

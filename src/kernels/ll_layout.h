@@ -23,14 +23,16 @@
 //
 //   signals (offset 0, size S = 5 * kMaxExperts * 4 = 80 KiB, fixed): the area and every signal's
 //   position do not depend on the shape, so a call with another shape (other E, T or H) never reads
-//   a stale payload byte of an earlier shape as a signal (signals are reset by their readers; the
-//   payload regions are not).
+//   a stale payload byte of an earlier shape as a signal (clean zeroes the signals; the payload
+//   regions are not).
 //     dispatch_count[b][l][r] int32 at 4 * (b*X + l*R + r)          (X = kMaxExperts, r = source rank)
 //         written by source rank r after its tokens for local expert l: value = count + 1
 //         (0 = not yet arrived); the receiver resets it to 0 after reading.
 //     combine_flag[b][e] int32 at 4 * (2*X + b*X + e)                (e = global expert)
 //         written by the rank that owns expert e after all its outputs for this home rank:
-//         value 1; the home rank resets it after reading.
+//         value = the call's number on half b (its epoch, ll::Workspace::combine_epoch); never
+//         reset: the home rank waits until it has reached its own number for the call. (Through
+//         the proxy: a counter, below.)
 //     barrier[r] int32 at 4 * (4*X + r)                               (r = the arriving rank, r < X)
 //         the elastic barrier of clean (shrink mode): how many barriers rank r has arrived at
 //         here; never reset (clean resets only the 4*X words above), readers keep their own count.
@@ -80,6 +82,7 @@
 // Proxy signals (peers without direct stores): the SIGNAL of a count or flag adds to a 64-bit
 // counter in pinned host memory instead; counter index = the signal's offset / 4 above, so both
 // paths share one numbering (kNumCounters in all; clean resets the first kNumResetCounters). A
+// combine flag's SIGNAL adds 1, and the home rank resets the counter after the call. A
 // barrier arrival through the proxy adds 1 to the counter of barrier[r] (no fence: applied on
 // arrival). Fence groups (proxy tags) per (kind, half,
 // local expert): tag = (kind * 2 + b) * max_local + l, max_local = ceil(kMaxExperts / R).

@@ -46,7 +46,7 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   // One 1024-thread block per SM: all co-resident (the kernels wait on each other). ANYEP_LL_SMS
   // leaves SMs free for other work (e.g. copies the driver runs as kernels).
   const int64_t want = env::get_count("ANYEP_LL_SMS");
-  num_blocks_ = want > 0 ? static_cast<int>(std::min<int64_t>(want, sms)) : sms;
+  num_blocks_ = static_cast<int>(std::min<int64_t>(want > 0 ? std::min<int64_t>(want, sms) : sms, ll::kMaxBlocks));
   bool stage_in_host = false;
   if (path_ != LLPath::kAuto && num_ranks > 1) {
     // Every peer goes through the proxy: make its endpoints now to learn where the buffer may live.
@@ -119,6 +119,7 @@ void LowLatencyBuffer::destroy() {
   local_ = nullptr;
   err_host_ = err_dev_ = nullptr;
   host_peers_.assign(num_ranks_, nullptr);
+  all_direct_ = false;
   connected_ = false;
 }
 
@@ -144,6 +145,7 @@ void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos, t
   }
   cuda_check(cudaMemcpy(dev_peers_, host_peers_.data(), sizeof(uint8_t*) * num_ranks_, cudaMemcpyHostToDevice),
              "upload peer table");
+  all_direct_ = std::all_of(host_peers_.begin(), host_peers_.end(), [](const uint8_t* p) { return p != nullptr; });
   if (boot) connect_proxy(*boot);
   connected_ = true;
 }
@@ -200,6 +202,7 @@ ll::Common LowLatencyBuffer::common_base() const {
   c.num_blocks = num_blocks_;
   c.local = local_;
   c.peers = dev_peers_;
+  c.all_direct = all_direct_;
   // Fixed offsets (not E-dependent), like the signals: a shape change never aliases one counter
   // array onto another.
   constexpr int64_t X = ll::kMaxExperts;
@@ -209,6 +212,7 @@ ll::Common LowLatencyBuffer::common_base() const {
   c.ws.recv_arrivals = reinterpret_cast<unsigned long long*>(ws_ + 2 * X);  // 2X ints
   c.ws.blocks_done = ws_ + 4 * X;
   c.ws.combine_done = ws_ + 4 * X + 8;
+  c.ws.combine_epoch = reinterpret_cast<uint32_t*>(ws_ + 5 * X + 8);  // Workspace::kEpochInts
   c.ws.barrier_sent = ws_ + ll::Workspace::reset_ints(X);
   c.ws.barrier_seen = ws_ + ll::Workspace::reset_ints(X) + X;
   c.err = err_dev_;

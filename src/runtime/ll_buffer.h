@@ -122,6 +122,7 @@ class LowLatencyBuffer {
   uint8_t** dev_peers_ = nullptr;  // device array [R]
   std::vector<uint8_t*> host_peers_;
   std::vector<bool> opened_;  // host_peers_[r] came from cudaIpcOpenMemHandle
+  bool all_direct_ = false;   // every host_peers_ entry is set (Common::all_direct)
   ll::ErrorRecord* err_host_ = nullptr;
   ll::ErrorRecord* err_dev_ = nullptr;
   uint64_t timeout_ns_ = 0;
