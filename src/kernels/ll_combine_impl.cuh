@@ -464,13 +464,12 @@ __device__ void recv_phase(const CombineArgs& a) {
       if (e >= 0 && e < E) {
         uint64_t waited = 0;
         bool timed_out = false;
-        uint32_t flag = 0;
         const bool direct = dev::direct_peer(c, e / L);
         // Direct: the flag holds the sender's epoch. Proxied: a counter the last block resets.
         const bool arrived = dev::wait_signal_until(
             c, direct, g.combine_flag_off(c.buf, e), e / L,
             [epoch, direct](uint32_t word) { return direct ? dev::epoch_reached(word, epoch) : word != 0u; }, &waited,
-            &timed_out, &flag);
+            &timed_out, nullptr);
         if (timed_out) dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, t);
         if (a.wait_recv_cost_stats)
           atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + e / L),

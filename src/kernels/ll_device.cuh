@@ -37,7 +37,7 @@ __device__ __forceinline__ int div_by(int i, int n, float inv) {
   return q;
 }
 
-// Spin until ready(*p) (acquire, system scope); true with the value in *value, false on timeout. W
+// Spin until ready(*p) (acquire, system scope); true with the value in *value (if wanted), false on timeout. W
 // is the signal word: int32 in an LL buffer (direct peers), uint64 in the proxy's host counters. A
 // non-null `mask_word` (shrink mode) also ends the wait, with false, once it turns non-zero: another
 // thread masked the peer, so waits on it stop at once instead of each running into the timeout.
@@ -49,7 +49,7 @@ __device__ inline bool wait_sys(const W* p, Ready ready, uint64_t timeout_ns, ui
     const W v = port::load_acquire_system(p);
     if (ready(v)) {
       if (waited_ns) *waited_ns = port::now_ns() - start;
-      *value = v;
+      if (value) *value = v;
       return true;
     }
     if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return false;
@@ -99,8 +99,8 @@ __device__ __forceinline__ bool direct_peer(const Common& c, int r) { return c.a
 
 // A count/flag signal at byte offset `off` of the signal area, sent by rank `peer`: a direct peer
 // stores it into our buffer (int32); a proxy adds to counter counter_of(off) in host memory
-// (64-bit). Spin until ready(low 32 bits) (acquire, system scope); true with them in *value, false
-// when none came:
+// (64-bit). Spin until ready(low 32 bits) (acquire, system scope); true with them in *value (if
+// non-null), false when none came:
 //  - shrink mode: the peer is masked (before or during the wait), or the wait timed out, which
 //    masks it here (the call goes on without it, as DeepEP's elastic mode does);
 //  - otherwise the wait timed out and *timed_out is set: the caller reports the error, naming the peer.
@@ -116,14 +116,14 @@ __device__ inline bool wait_signal_until(const Common& c, bool direct, uint64_t 
     ok = wait_sys(
         reinterpret_cast<const int32_t*>(c.local + off), [&](int32_t w) { return ready(static_cast<uint32_t>(w)); },
         c.timeout_ns, waited_ns, mask_word, &v);
-    *value = static_cast<uint32_t>(v);
+    if (value) *value = static_cast<uint32_t>(v);
   } else {
     static_assert(sizeof(*c.proxy.counters) == sizeof(uint64_t), "proxy counters are 64-bit words");
     uint64_t v = 0;
     ok = wait_sys(
         reinterpret_cast<const uint64_t*>(c.proxy.counters + counter_of(off)),
         [&](uint64_t w) { return ready(static_cast<uint32_t>(w)); }, c.timeout_ns, waited_ns, mask_word, &v);
-    *value = static_cast<uint32_t>(v);
+    if (value) *value = static_cast<uint32_t>(v);
   }
   if (ok) return true;
   if (mask_word == nullptr) {
