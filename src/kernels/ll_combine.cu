@@ -7,8 +7,10 @@ namespace anyep::ll {
 
 cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream) {
   if (a.c.g.compact) return launch_combine_compact(a, stream);
-  combine_kernel<false><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return trace::traced("combine", a, stream, [stream](const CombineArgs& t) {
+    combine_kernel<false><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t preload_combine() { return load_functions(combine_kernel<false>); }

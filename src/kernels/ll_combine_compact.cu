@@ -7,8 +7,10 @@
 namespace anyep::ll {
 
 cudaError_t launch_combine_compact(const CombineArgs& a, cudaStream_t stream) {
-  combine_kernel<true><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return trace::traced("combine", a, stream, [stream](const CombineArgs& t) {
+    combine_kernel<true><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t preload_combine_compact() { return load_functions(combine_kernel<true>); }

@@ -277,6 +277,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
   scan_pair_rows(a.layout_range, P, s_first, s_begin);
   const uint32_t epoch = s_epoch;
   if (last) *epoch_word(c, 0) = epoch;
+  if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineScan);
   const int64_t N = s_first[P];
   const int blocks = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int i0 = share_begin(N, b, blocks), i1 = share_begin(N, b + 1, blocks);
@@ -317,6 +318,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
     }
     __syncthreads();  // the rows are written (for the counts below) and s_src/s_dst may be refilled
   }
+  if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineCopy);
   // Pairs with rows in this block's share (none when the share is empty).
   const int p_lo = i0 < i1 ? pair_of_row(s_first, P, i0) : 1, p_hi = i0 < i1 ? pair_of_row(s_first, P, i1 - 1) : 0;
   for (int p = p_lo + static_cast<int>(threadIdx.x); p <= p_hi; p += blockDim.x) {
@@ -332,8 +334,8 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
     if (before + mine != rows) continue;
     c.ws.combine_done[p] = 0;  // every block's add for this call is in; the next call's come after the kernel
     if (dev::rank_masked(c, r)) continue;
-    port::store_release_system(reinterpret_cast<int32_t*>(c.peers[r] + g.combine_flag_off(c.buf, c.rank * L + p / R)),
-                               static_cast<int32_t>(epoch));
+    dev::store_signal(c, r, reinterpret_cast<int32_t*>(c.peers[r] + g.combine_flag_off(c.buf, c.rank * L + p / R)),
+                      static_cast<int32_t>(epoch));
   }
   for (int p = blockIdx.x + threadIdx.x * gridDim.x; p < P; p += gridDim.x * blockDim.x) {
     const int r = p % R, rows = s_first[p + 1] - s_first[p];
@@ -341,10 +343,11 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
       if (rows > 0) dev::report(c.err, kErrNoPeer, c.rank, c.rank * L + p / R, r, rows);
     } else if (rows == 0 && !dev::rank_masked(c, r)) {
       // No rows: nothing for the flag to be ordered after.
-      port::store_release_system(reinterpret_cast<int32_t*>(c.peers[r] + g.combine_flag_off(c.buf, c.rank * L + p / R)),
-                                 static_cast<int32_t>(epoch));
+      dev::store_signal(c, r, reinterpret_cast<int32_t*>(c.peers[r] + g.combine_flag_off(c.buf, c.rank * L + p / R)),
+                        static_cast<int32_t>(epoch));
     }
   }
+  trace::mark_warp(c.trace, trace::kCombineFlags);
 }
 
 // Combine send with one block per local expert (grid-strided): the path for peers behind the proxy
@@ -363,6 +366,7 @@ __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
   const bool proxy = c.proxy.rings != nullptr;
   const int bd = proxy ? *a.handle_half : 0;  // dispatch half of the handle: staging rows live there
 
+  if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineScan);
   for (int l = blockIdx.x; l < L; l += gridDim.x) {
     for (int r = 0; r < R; ++r) {
       if (dev::rank_masked_block(c, r)) continue;  // shrink mode: nothing goes to a masked rank
@@ -410,6 +414,7 @@ __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
       }
     }
     __syncthreads();  // every row (and every WRITE push) of expert l comes before any of its flags
+    if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineCopy);
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
       if (dev::rank_masked(c, r)) continue;
       uint8_t* base = c.peers[r];
@@ -429,6 +434,7 @@ __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
   }
   __syncthreads();  // every thread has read the epoch
   if (threadIdx.x == 0) *epoch_word(c, 0) = epoch;
+  trace::mark_warp(c.trace, trace::kCombineFlags);
 }
 
 template <bool kCompact>
@@ -483,6 +489,7 @@ __device__ void recv_phase(const CombineArgs& a) {
       }
     }
     __syncthreads();  // the waiting threads' acquires cover the block's reads below
+    if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineWait);
     const uint32_t valid = s_valid;
     if (a.logfmt) {
       // Only bits of groups < G: a damaged header cannot move an offset outside the row.
@@ -503,7 +510,10 @@ __device__ void recv_phase(const CombineArgs& a) {
   }
   // The waiting threads read the epoch before a barrier of the loop above (a block without tokens
   // does not use it).
-  if (threadIdx.x == 0) *epoch_word(c, 1) = epoch;
+  if (threadIdx.x == 0) {
+    *epoch_word(c, 1) = epoch;
+    trace::mark(c.trace, trace::kCombineReduce);
+  }
   if (!c.all_direct && dev::last_block(&c.ws.blocks_done[0])) {
     // Proxied owners signal every rank through counters that only add: wait for the counters no
     // token waited on, then reset them all (the next writer of this half is causally after this
@@ -521,8 +531,10 @@ __device__ void recv_phase(const CombineArgs& a) {
 
 template <bool kCompact>
 __global__ void __launch_bounds__(kBlockThreads, 1) combine_kernel(const ANYEP_GRID_CONSTANT CombineArgs a) {
+  if (threadIdx.x == 0) trace::mark(a.c.trace, trace::kCombineStart);
   if (a.c.phases & kPhaseSend) send_phase<kCompact>(a);
   if (a.c.phases & kPhaseRecv) recv_phase(a);
+  trace::mark_warp(a.c.trace, trace::kCombineEnd);
 }
 
 }  // namespace

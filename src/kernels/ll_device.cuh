@@ -6,6 +6,7 @@
 
 #include "common/portability.h"
 #include "kernels/ll_kernels.h"
+#include "kernels/ll_trace.h"
 
 namespace anyep::ll::dev {
 
@@ -91,6 +92,16 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
 template <typename V>
 __device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
   return host_mem ? port::load_uncached(p) : port::load_l2(p);
+}
+
+// A count or flag stored directly on rank `peer` (release: ordered after the data it covers). The
+// own rank's reader is on this GPU, so device scope suffices there; a peer's needs system scope,
+// whose release waits for this thread's NVLink stores (and those it observed) to complete.
+__device__ __forceinline__ void store_signal(const Common& c, int peer, int32_t* p, int32_t v) {
+  if (peer == c.rank)
+    port::store_release_device(p, v);
+  else
+    port::store_release_system(p, v);
 }
 
 // Does rank r take direct stores (a CUDA IPC / NVLink pointer in c.peers)? Without a kernel

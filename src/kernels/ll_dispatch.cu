@@ -30,6 +30,13 @@ namespace {
 
 constexpr int kMaxGroups = kMaxHidden / kScaleGroup;
 constexpr float kFp8Max = 448.0f;
+// The send's expert counts: each thread loads up to kCountPer top-k entries where the kernel starts
+// (in the shadow of the slot claims) and adds the ones of this block's experts to a shared
+// histogram of up to kCountSlots experts. A warp per expert scanning the whole top-k table from
+// global memory after the tokens took 2.5 us (timeline, 1 rank, H200: 1024 entries, 4 dependent
+// rounds of loads). Larger tables, or more experts per block, scan as before.
+constexpr int kCountPer = 4;
+constexpr int kCountSlots = 64;
 
 // Cast 16 BF16 values (two 16-byte vectors) to FP8 e4m3 with multiplier `inv`.
 __device__ __forceinline__ uint4 cast16_fp8(const float* f, float inv) {
@@ -41,6 +48,16 @@ __device__ __forceinline__ uint4 cast16_fp8(const float* f, float inv) {
     w[q] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Add this thread's top-k entries of the block's experts (e % grid == block) to the shared
+// histogram (slot e / grid). Returns true (counted).
+__device__ __forceinline__ bool count_mine(const int (&mine)[kCountPer], int E, int* s_count) {
+  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+#pragma unroll
+  for (int u = 0; u < kCountPer; ++u)
+    if (mine[u] >= 0 && mine[u] < E && mine[u] % grid == b) atomicAdd(&s_count[mine[u] / grid], 1);
+  return true;
 }
 
 template <bool kCompact>
@@ -55,6 +72,21 @@ __device__ void send_phase(const DispatchArgs& a) {
   __shared__ float s_scale[kMaxGroups];
   const uint64_t used = g.msg_used_bytes(a.fmt == Format::kBF16);
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
+
+  // Expert e is counted by block e % grid, warp e / grid (below); its histogram slot is e / grid.
+  const int nk = c.num_tokens * K, grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const bool shared_count =
+      nk <= kCountPer * static_cast<int>(blockDim.x) && (E + grid - 1) / grid <= kCountSlots;  // uniform
+  __shared__ int s_count[kCountSlots];
+  int mine[kCountPer];
+#pragma unroll
+  for (int u = 0; u < kCountPer; ++u) {
+    const int i = static_cast<int>(threadIdx.x + u * blockDim.x);
+    mine[u] = shared_count && i < nk ? static_cast<int>(a.topk_idx[i]) : -1;
+  }
+  if (threadIdx.x < static_cast<unsigned>(kCountSlots)) s_count[threadIdx.x] = 0;
+  // After a barrier that follows the zeroing: the first token's, or the one after the loop.
+  bool counted = !shared_count;
 
   for (int t = blockIdx.x; t < c.num_tokens; t += gridDim.x) {
     if (threadIdx.x < static_cast<unsigned>(K)) {
@@ -106,6 +138,8 @@ __device__ void send_phase(const DispatchArgs& a) {
       s_proxy_slot[k] = proxy_slot;
     }
     __syncthreads();
+    if (!counted) counted = count_mine(mine, E, s_count);  // registers free before the payload
+    if (threadIdx.x == 0) trace::mark(c.trace, trace::kDispatchSlots);
     const uint8_t* row = x + static_cast<int64_t>(t) * H * 2;
     if (a.fmt == Format::kBF16) {
       for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
@@ -150,34 +184,46 @@ __device__ void send_phase(const DispatchArgs& a) {
       const int e = static_cast<int>(a.topk_idx[static_cast<int64_t>(t) * K + threadIdx.x]);
       // Counted even when the write was refused (error already reported) so no warp waits forever.
       if (e >= 0 && e < E) {
-        // System-scope fence: the block's payload stores went to a peer GPU over NVLink (or into
-        // the staging slot a proxy reads); order them (observed through __syncthreads) before the
-        // count, or the WRITE command, at the scope the reader reads at.
-        port::fence_system();
         const int slot = s_proxy_slot[threadIdx.x];
-        if (slot >= 0)
+        // Direct stores need no fence here: the add below releases them (observed through
+        // __syncthreads) to the count warp, whose release at system scope is cumulative, so an
+        // owner that acquires the count on any GPU sees them (as in the combine send).
+        if (slot >= 0) {
+          // The staging slot is read by a proxy (copy engine / NIC) once it sees the WRITE
+          // command: order the block's stores before the push at system scope.
+          port::fence_system();
           dev::push_write(
               c, proxy_tag(kTagDispatch, c.buf, e % L, g.R), e / L, g.stage_slot_off(c.buf, t, threadIdx.x),
               kCompact ? g.dispatch_msg_off(c.buf, c.rank, slot) : g.dispatch_slot_off(c.buf, e % L, c.rank, slot),
               used, e);
+        }
         // Release: the WRITE push above (ring index claimed) happens-before the count warp's push.
         port::atomic_add_release_device(&c.ws.send_done[e], 1);
       }
     }
     __syncthreads();  // s_dst / s_scale are rewritten for the next token
+    if (threadIdx.x == 0) trace::mark(c.trace, trace::kDispatchTokens);
   }
+  if (!counted) {  // a block without tokens: the barrier the first token would have given
+    __syncthreads();
+    count_mine(mine, E, s_count);
+  }
+  if (shared_count) __syncthreads();  // the histogram is complete
 
   // One warp per expert: count its tokens, wait until all are sent, signal the owner.
   const int warp = threadIdx.x / port::kWarpSize, lane = threadIdx.x % port::kWarpSize;
   const int nwarps = blockDim.x / port::kWarpSize;
-  const int nk = c.num_tokens * K;
   // Expert e goes to block e % grid (warp e / grid): spread over every block rather than packed
   // into the first E / 32 blocks, which then scanned the top-k table 32 experts deep each.
-  for (int e = warp * gridDim.x + blockIdx.x; e < E; e += gridDim.x * nwarps) {
+  for (int e = warp * grid + b; e < E; e += grid * nwarps) {
     int cnt = 0;
+    if (shared_count) {
+      cnt = s_count[e / grid];
+    } else {
 #pragma unroll 8
-    for (int i = lane; i < nk; i += port::kWarpSize) cnt += (a.topk_idx[i] == e);
-    cnt = port::warp_reduce_sum(cnt);
+      for (int i = lane; i < nk; i += port::kWarpSize) cnt += (a.topk_idx[i] == e);
+      cnt = port::warp_reduce_sum(cnt);
+    }
     if (lane == 0) {
       const uint64_t start = port::now_ns();
       bool ok = true;
@@ -193,9 +239,9 @@ __device__ void send_phase(const DispatchArgs& a) {
       uint8_t* base = c.peers[owner];
       ok = ok && !dev::rank_masked(c, owner);  // shrink mode: a masked owner gets no count either
       if (ok && base != nullptr) {
-        // Count after data: release at system scope (the owner polls with acquire).
-        port::store_release_system(reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)),
-                                   cnt + 1);
+        // Count after data: a release (dev::store_signal) the owner pairs with its acquire.
+        dev::store_signal(c, owner, reinterpret_cast<int32_t*>(base + g.dispatch_count_off(c.buf, e % L, c.rank)),
+                          cnt + 1);
       } else if (ok && c.proxy.rings != nullptr) {
         // Compact: the route list (its entries were stored by the token blocks, ordered before our
         // acquire above by their fence and release add). Then the count after data: the receiving
@@ -211,6 +257,7 @@ __device__ void send_phase(const DispatchArgs& a) {
       }
       c.ws.send_done[e] = 0;  // all adds for e have landed (or we timed out): ready for next call
       c.ws.send_slot[e] = 0;
+      trace::mark(c.trace, trace::kDispatchCounts);
     }
   }
 }
@@ -366,6 +413,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
         atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
                   static_cast<unsigned long long>(waited));
       s_count[team] = count;
+      trace::mark(c.trace, trace::kDispatchWait);
       if constexpr (kCompact) {
         // The first chunk of the route list (below), read here after the acquire: independent
         // loads, one round trip, and no team barrier of its own.
@@ -418,6 +466,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
           }
           port::team_sync(team_bar, kRecvTeamThreads);  // s_begin
           begin = s_begin[team];
+          if (tt == 0) trace::mark(c.trace, trace::kDispatchReserve);
         }
         recv_store(a, q, begin, j, tt, rr);
       }
@@ -428,19 +477,23 @@ __device__ void recv_phase(const DispatchArgs& a) {
 
 template <bool kCompact>
 __global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const ANYEP_GRID_CONSTANT DispatchArgs a) {
+  if (threadIdx.x == 0) trace::mark(a.c.trace, trace::kDispatchStart);
   if (a.c.phases & kPhaseSend) send_phase<kCompact>(a);
   if (a.c.phases & kPhaseRecv) recv_phase<kCompact>(a);
+  trace::mark_warp(a.c.trace, trace::kDispatchEnd);
 }
 
 }  // namespace
 
 cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream) {
-  // One instantiation per dispatch layout (ll_layout.h): the fast one pays nothing for the other.
-  if (a.c.g.compact)
-    dispatch_kernel<true><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
-  else
-    dispatch_kernel<false><<<a.c.num_blocks, kBlockThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return trace::traced("dispatch", a, stream, [stream](const DispatchArgs& t) {
+    // One instantiation per dispatch layout (ll_layout.h): the fast one pays nothing for the other.
+    if (t.c.g.compact)
+      dispatch_kernel<true><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
+    else
+      dispatch_kernel<false><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t preload_dispatch() { return load_functions(dispatch_kernel<true>, dispatch_kernel<false>); }
