@@ -7,7 +7,7 @@ namespace anyep::ll {
 
 cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream) {
   if (a.c.g.compact) return launch_combine_compact(a, stream);
-  return trace::traced("combine", a, stream, [stream](const CombineArgs& t) {
+  return timeline::launch_timed("combine", a, stream, [stream](const CombineArgs& t) {
     combine_kernel<false><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
     return cudaGetLastError();
   });

@@ -7,7 +7,7 @@
 namespace anyep::ll {
 
 cudaError_t launch_combine_compact(const CombineArgs& a, cudaStream_t stream) {
-  return trace::traced("combine", a, stream, [stream](const CombineArgs& t) {
+  return timeline::launch_timed("combine", a, stream, [stream](const CombineArgs& t) {
     combine_kernel<true><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
     return cudaGetLastError();
   });

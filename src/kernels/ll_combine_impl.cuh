@@ -277,7 +277,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
   scan_pair_rows(a.layout_range, P, s_first, s_begin);
   const uint32_t epoch = s_epoch;
   if (last) *epoch_word(c, 0) = epoch;
-  if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineScan);
+  if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineScan);
   const int64_t N = s_first[P];
   const int blocks = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int i0 = share_begin(N, b, blocks), i1 = share_begin(N, b + 1, blocks);
@@ -318,7 +318,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
     }
     __syncthreads();  // the rows are written (for the counts below) and s_src/s_dst may be refilled
   }
-  if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineCopy);
+  if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineCopy);
   // Pairs with rows in this block's share (none when the share is empty).
   const int p_lo = i0 < i1 ? pair_of_row(s_first, P, i0) : 1, p_hi = i0 < i1 ? pair_of_row(s_first, P, i1 - 1) : 0;
   for (int p = p_lo + static_cast<int>(threadIdx.x); p <= p_hi; p += blockDim.x) {
@@ -347,7 +347,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
                         static_cast<int32_t>(epoch));
     }
   }
-  trace::mark_warp(c.trace, trace::kCombineFlags);
+  timeline::mark_warp(c.timeline, timeline::kCombineFlags);
 }
 
 // Combine send with one block per local expert (grid-strided): the path for peers behind the proxy
@@ -366,7 +366,7 @@ __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
   const bool proxy = c.proxy.rings != nullptr;
   const int bd = proxy ? *a.handle_half : 0;  // dispatch half of the handle: staging rows live there
 
-  if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineScan);
+  if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineScan);
   for (int l = blockIdx.x; l < L; l += gridDim.x) {
     for (int r = 0; r < R; ++r) {
       if (dev::rank_masked_block(c, r)) continue;  // shrink mode: nothing goes to a masked rank
@@ -414,7 +414,7 @@ __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
       }
     }
     __syncthreads();  // every row (and every WRITE push) of expert l comes before any of its flags
-    if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineCopy);
+    if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineCopy);
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
       if (dev::rank_masked(c, r)) continue;
       uint8_t* base = c.peers[r];
@@ -434,7 +434,7 @@ __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
   }
   __syncthreads();  // every thread has read the epoch
   if (threadIdx.x == 0) *epoch_word(c, 0) = epoch;
-  trace::mark_warp(c.trace, trace::kCombineFlags);
+  timeline::mark_warp(c.timeline, timeline::kCombineFlags);
 }
 
 template <bool kCompact>
@@ -489,7 +489,7 @@ __device__ void recv_phase(const CombineArgs& a) {
       }
     }
     __syncthreads();  // the waiting threads' acquires cover the block's reads below
-    if (threadIdx.x == 0) trace::mark(c.trace, trace::kCombineWait);
+    if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineWait);
     const uint32_t valid = s_valid;
     if (a.logfmt) {
       // Only bits of groups < G: a damaged header cannot move an offset outside the row.
@@ -512,7 +512,7 @@ __device__ void recv_phase(const CombineArgs& a) {
   // does not use it).
   if (threadIdx.x == 0) {
     *epoch_word(c, 1) = epoch;
-    trace::mark(c.trace, trace::kCombineReduce);
+    timeline::mark(c.timeline, timeline::kCombineReduce);
   }
   if (!c.all_direct && dev::last_block(&c.ws.blocks_done[0])) {
     // Proxied owners signal every rank through counters that only add: wait for the counters no
@@ -531,10 +531,10 @@ __device__ void recv_phase(const CombineArgs& a) {
 
 template <bool kCompact>
 __global__ void __launch_bounds__(kBlockThreads, 1) combine_kernel(const ANYEP_GRID_CONSTANT CombineArgs a) {
-  if (threadIdx.x == 0) trace::mark(a.c.trace, trace::kCombineStart);
+  if (threadIdx.x == 0) timeline::mark(a.c.timeline, timeline::kCombineStart);
   if (a.c.phases & kPhaseSend) send_phase<kCompact>(a);
   if (a.c.phases & kPhaseRecv) recv_phase(a);
-  trace::mark_warp(a.c.trace, trace::kCombineEnd);
+  timeline::mark_warp(a.c.timeline, timeline::kCombineEnd);
 }
 
 }  // namespace

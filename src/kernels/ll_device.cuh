@@ -6,7 +6,7 @@
 
 #include "common/portability.h"
 #include "kernels/ll_kernels.h"
-#include "kernels/ll_trace.h"
+#include "kernels/ll_timeline.h"
 
 namespace anyep::ll::dev {
 

@@ -139,7 +139,7 @@ __device__ void send_phase(const DispatchArgs& a) {
     }
     __syncthreads();
     if (!counted) counted = count_mine(mine, E, s_count);  // registers free before the payload
-    if (threadIdx.x == 0) trace::mark(c.trace, trace::kDispatchSlots);
+    if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kDispatchSlots);
     const uint8_t* row = x + static_cast<int64_t>(t) * H * 2;
     if (a.fmt == Format::kBF16) {
       for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
@@ -202,7 +202,7 @@ __device__ void send_phase(const DispatchArgs& a) {
       }
     }
     __syncthreads();  // s_dst / s_scale are rewritten for the next token
-    if (threadIdx.x == 0) trace::mark(c.trace, trace::kDispatchTokens);
+    if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kDispatchTokens);
   }
   if (!counted) {  // a block without tokens: the barrier the first token would have given
     __syncthreads();
@@ -257,7 +257,7 @@ __device__ void send_phase(const DispatchArgs& a) {
       }
       c.ws.send_done[e] = 0;  // all adds for e have landed (or we timed out): ready for next call
       c.ws.send_slot[e] = 0;
-      trace::mark(c.trace, trace::kDispatchCounts);
+      timeline::mark(c.timeline, timeline::kDispatchCounts);
     }
   }
 }
@@ -413,7 +413,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
         atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
                   static_cast<unsigned long long>(waited));
       s_count[team] = count;
-      trace::mark(c.trace, trace::kDispatchWait);
+      timeline::mark(c.timeline, timeline::kDispatchWait);
       if constexpr (kCompact) {
         // The first chunk of the route list (below), read here after the acquire: independent
         // loads, one round trip, and no team barrier of its own.
@@ -466,7 +466,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
           }
           port::team_sync(team_bar, kRecvTeamThreads);  // s_begin
           begin = s_begin[team];
-          if (tt == 0) trace::mark(c.trace, trace::kDispatchReserve);
+          if (tt == 0) timeline::mark(c.timeline, timeline::kDispatchReserve);
         }
         recv_store(a, q, begin, j, tt, rr);
       }
@@ -477,16 +477,16 @@ __device__ void recv_phase(const DispatchArgs& a) {
 
 template <bool kCompact>
 __global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const ANYEP_GRID_CONSTANT DispatchArgs a) {
-  if (threadIdx.x == 0) trace::mark(a.c.trace, trace::kDispatchStart);
+  if (threadIdx.x == 0) timeline::mark(a.c.timeline, timeline::kDispatchStart);
   if (a.c.phases & kPhaseSend) send_phase<kCompact>(a);
   if (a.c.phases & kPhaseRecv) recv_phase<kCompact>(a);
-  trace::mark_warp(a.c.trace, trace::kDispatchEnd);
+  timeline::mark_warp(a.c.timeline, timeline::kDispatchEnd);
 }
 
 }  // namespace
 
 cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream) {
-  return trace::traced("dispatch", a, stream, [stream](const DispatchArgs& t) {
+  return timeline::launch_timed("dispatch", a, stream, [stream](const DispatchArgs& t) {
     // One instantiation per dispatch layout (ll_layout.h): the fast one pays nothing for the other.
     if (t.c.g.compact)
       dispatch_kernel<true><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);

@@ -99,7 +99,7 @@ struct Common {
   // skip a masked rank and waits do not wait for it; a peer wait that times out masks the peer
   // instead of reporting an error. Null otherwise: the kernels behave as without masking.
   int32_t* mask = nullptr;
-  unsigned long long* trace = nullptr;  // profiling builds (ll_trace.h): [grid][trace::kMarks] stamps
+  unsigned long long* timeline = nullptr;  // profiling builds (ll_timeline.h): [grid][timeline::kMarks] stamps
 };
 
 struct DispatchArgs {

@@ -1,5 +1,5 @@
-// anyep/src/kernels/ll_trace.h — a per-block timeline of the LL kernels, for profiling builds
-// only (cmake -DANYEP_LL_TRACE=ON; docs/ll.md, "Timeline of a call").
+// anyep/src/kernels/ll_timeline.h — a per-block timeline of the LL kernels, for profiling builds
+// only (cmake -DANYEP_LL_TIMELINE=ON; docs/ll.md, "Timeline of a call").
 //
 // The kernels stamp the global timer at named points of each phase (the latest stamp per block
 // and point wins); the launcher waits for each call, reads the stamps, and at process exit prints,
@@ -15,11 +15,11 @@
 #include "common/gpu_runtime.h"
 #include "common/portability.h"
 
-#ifndef ANYEP_LL_TRACE
-#define ANYEP_LL_TRACE 0
+#ifndef ANYEP_LL_TIMELINE
+#define ANYEP_LL_TIMELINE 0
 #endif
 
-namespace anyep::ll::trace {
+namespace anyep::ll::timeline {
 
 inline constexpr int kMarks = 8;  // stamps per block
 
@@ -44,15 +44,15 @@ enum CombineMark : int {
   kCombineEnd = 6,     // the block's last warp is done
 };
 
-#if ANYEP_LL_TRACE && (defined(__CUDACC__) || defined(__HIPCC__))
+#if ANYEP_LL_TIMELINE && (defined(__CUDACC__) || defined(__HIPCC__))
 // Stamp point m for this block (the latest caller wins). Callers pick the threads: one per block,
 // team or warp.
-__device__ __forceinline__ void mark(unsigned long long* trace, int m) {
-  if (trace != nullptr) atomicMax(trace + blockIdx.x * kMarks + m, static_cast<unsigned long long>(port::now_ns()));
+__device__ __forceinline__ void mark(unsigned long long* stamps, int m) {
+  if (stamps != nullptr) atomicMax(stamps + blockIdx.x * kMarks + m, static_cast<unsigned long long>(port::now_ns()));
 }
 // The same, from lane 0 of each warp that reaches it.
-__device__ __forceinline__ void mark_warp(unsigned long long* trace, int m) {
-  if (threadIdx.x % port::kWarpSize == 0) mark(trace, m);
+__device__ __forceinline__ void mark_warp(unsigned long long* stamps, int m) {
+  if (threadIdx.x % port::kWarpSize == 0) mark(stamps, m);
 }
 #elif defined(__CUDACC__) || defined(__HIPCC__)
 __device__ __forceinline__ void mark(unsigned long long*, int) {}
@@ -60,7 +60,7 @@ __device__ __forceinline__ void mark_warp(unsigned long long*, int) {}
 #endif
 
 #if ANYEP_HAVE_GPU_RUNTIME
-#if ANYEP_LL_TRACE
+#if ANYEP_LL_TIMELINE
 // The stamp buffer for the next launch, zeroed on `stream`; null while the stream is being
 // captured into a graph (a capture cannot synchronize).
 unsigned long long* begin(cudaStream_t stream);
@@ -69,14 +69,14 @@ unsigned long long* begin(cudaStream_t stream);
 void end(const char* kernel, int phases, int blocks, cudaStream_t stream);
 #endif
 
-// Launch through `launch(args)`, traced in a profiling build; otherwise just the launch.
+// Launch through `launch(args)`, stamped in a profiling build; otherwise just the launch.
 template <class Args, class Launch>
-cudaError_t traced(const char* kernel, const Args& a, cudaStream_t stream, Launch launch) {
-#if ANYEP_LL_TRACE
+cudaError_t launch_timed(const char* kernel, const Args& a, cudaStream_t stream, Launch launch) {
+#if ANYEP_LL_TIMELINE
   Args t = a;
-  t.c.trace = begin(stream);
+  t.c.timeline = begin(stream);
   const cudaError_t e = launch(t);
-  if (e == cudaSuccess && t.c.trace != nullptr) end(kernel, a.c.phases, a.c.num_blocks, stream);
+  if (e == cudaSuccess && t.c.timeline != nullptr) end(kernel, a.c.phases, a.c.num_blocks, stream);
   return e;
 #else
   (void)kernel;
@@ -86,4 +86,4 @@ cudaError_t traced(const char* kernel, const Args& a, cudaStream_t stream, Launc
 }
 #endif
 
-}  // namespace anyep::ll::trace
+}  // namespace anyep::ll::timeline

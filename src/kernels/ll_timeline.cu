@@ -1,9 +1,9 @@
-// anyep/src/kernels/ll_trace.cu — the host side of the LL timeline (ll_trace.h): collects the
-// stamps of each call and prints the medians at exit. Compiled to nothing unless ANYEP_LL_TRACE.
+// anyep/src/kernels/ll_timeline.cu — the host side of the LL timeline (ll_timeline.h): collects the
+// stamps of each call and prints the medians at exit. Compiled to nothing unless ANYEP_LL_TIMELINE.
 #include "kernels/ll_kernels.h"
-#include "kernels/ll_trace.h"
+#include "kernels/ll_timeline.h"
 
-#if ANYEP_LL_TRACE
+#if ANYEP_LL_TIMELINE
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace anyep::ll::trace {
+namespace anyep::ll::timeline {
 namespace {
 
 constexpr int kSkipCalls = 20;  // warm-up calls left out of the medians
@@ -34,8 +34,8 @@ struct Record {
   ~Record() {
     for (auto& [key, rows] : calls) {
       if (rows.size() <= kSkipCalls) continue;
-      std::fprintf(stderr, "anyep LL trace: %s, median of %zu calls (us after the first block's start)\n", key.c_str(),
-                   rows.size() - kSkipCalls);
+      std::fprintf(stderr, "anyep LL timeline: %s, median of %zu calls (us after the first block's start)\n",
+                   key.c_str(), rows.size() - kSkipCalls);
       std::fprintf(stderr, "  %-6s %8s %8s %8s %7s\n", "point", "first", "median", "last", "blocks");
       for (int m = 0; m < kMarks; ++m) {
         std::array<std::vector<double>, 4> col;
@@ -93,5 +93,5 @@ void end(const char* kernel, int phases, int blocks, cudaStream_t stream) {
   r.calls[std::string(kernel) + " " + names[phases & 3]].push_back(row);
 }
 
-}  // namespace anyep::ll::trace
+}  // namespace anyep::ll::timeline
 #endif
