@@ -326,10 +326,10 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
     if (rows == 0 || c.peers[r] == nullptr) continue;
     const int mine = min(s_first[p + 1], i1) - max(s_first[p], i0);
     // Memory ordering: the add releases this block's rows (ordered before this thread by
-    // __syncthreads) and acquires those of the blocks that added before; the flag's release at
-    // system scope is cumulative, so a home rank that acquires the flag (on any GPU) sees every
-    // block's rows. No system fence of its own (with one before the add, hook send measured 16.6
-    // instead of 15.9 us: 1 rank, H200).
+    // __syncthreads) and acquires those of the blocks that added before; the flag's release (at
+    // system scope, or device scope for the own rank: dev::store_signal) is cumulative, so a home
+    // rank that acquires the flag (on any GPU) sees every block's rows. No system fence of its
+    // own (with one before the add, hook send measured 16.6 instead of 15.9 us: 1 rank, H200).
     const int before = port::atomic_add_acq_rel_device(&c.ws.combine_done[p], mine);
     if (before + mine != rows) continue;
     c.ws.combine_done[p] = 0;  // every block's add for this call is in; the next call's come after the kernel

@@ -6,8 +6,9 @@
 // list of (l, this rank) at s (ll_layout.h); then the block
 // streams the payload (BF16 copied, or FP8 cast once per token with one scale per 128 elements)
 // with 16-byte stores to every destination, and counts the token as sent per expert. One warp
-// per expert then waits until all of that expert's tokens are counted and stores the count to the
-// owner (release, system scope): the count is ordered after the data it covers.
+// per expert then waits until all of that expert's tokens are counted (its total from the
+// block's shared histogram of the top-k table) and stores the count to the owner (release:
+// system scope, device scope for the own rank): the count is ordered after the data it covers.
 // Receive: one team of a block per (local expert, source rank) region: wait for the count
 // (acquire, system scope), reserve rows in recv_x with an atomic on the expert's row counter
 // (arrival order, as DeepEP packs them) while the first round of the copy is loaded, copy
