@@ -52,13 +52,12 @@ __device__ __forceinline__ uint4 cast16_fp8(const float* f, float inv) {
 }
 
 // Add this thread's top-k entries of the block's experts (e % grid == block) to the shared
-// histogram (slot e / grid). Returns true (counted).
-__device__ __forceinline__ bool count_mine(const int (&mine)[kCountPer], int E, int* s_count) {
+// histogram (slot e / grid).
+__device__ __forceinline__ void count_mine(const int (&mine)[kCountPer], int E, int* s_count) {
   const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
 #pragma unroll
   for (int u = 0; u < kCountPer; ++u)
     if (mine[u] >= 0 && mine[u] < E && mine[u] % grid == b) atomicAdd(&s_count[mine[u] / grid], 1);
-  return true;
 }
 
 template <bool kCompact>
@@ -139,7 +138,10 @@ __device__ void send_phase(const DispatchArgs& a) {
       s_proxy_slot[k] = proxy_slot;
     }
     __syncthreads();
-    if (!counted) counted = count_mine(mine, E, s_count);  // registers free before the payload
+    if (!counted) {  // the top-k registers are free before the payload needs its own
+      count_mine(mine, E, s_count);
+      counted = true;
+    }
     if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kDispatchSlots);
     const uint8_t* row = x + static_cast<int64_t>(t) * H * 2;
     if (a.fmt == Format::kBF16) {
