@@ -200,6 +200,16 @@ ANYEP_HD ANYEP_INLINE void store_release_device(int32_t* p, int32_t v) {
 #endif
 }
 
+ANYEP_HD ANYEP_INLINE void store_release_device(uint64_t* p, uint64_t v) {
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
 // Acquire load at device scope (pairs with atomic_add_release_device of other blocks of this GPU).
 ANYEP_HD ANYEP_INLINE int32_t load_acquire_device(const int32_t* p) {
 #if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)

@@ -2,19 +2,22 @@
 //
 // Send (on the rank owning the experts): one block per local expert (grid-strided). For every
 // row of recv_x that came from source rank r, the BF16 expert output goes straight into the
-// private slot (token, top-k slot) on r (ll_layout.h: combine slot). After all rows of the
-// expert, one thread per rank stores the expert's flag on that rank (release, system scope), so
-// the flag is ordered after the rows; ranks that received nothing from this expert get the flag
-// too, which is how a home rank learns "nothing more is coming". A flag holds the number of the
-// call on its buffer half (its epoch, Workspace::combine_epoch) rather than 1, so nobody resets it.
-// Through the proxy the flag is a SIGNAL adding 1 (below).
+// private slot (token, top-k slot) on r (ll_layout.h: combine slot). A row stored directly as
+// BF16 then gets its own flag in the slot's header (combine_row_flag: release after the block's
+// barrier, system scope, device scope for the own rank), so the home rank waits per row. LogFMT
+// rows (whose header holds their encode mask) and rows through the proxy are covered by the
+// expert's flag instead: after all rows of the expert, one thread per rank stores it (release,
+// system scope), also on ranks that received nothing from this expert, which is how a home rank
+// learns "nothing more is coming". A flag holds the number of the call on its buffer half (its
+// epoch, Workspace::combine_epoch) rather than 1, so nobody resets it. Through the proxy the flag
+// is a SIGNAL adding 1 (below).
 // (The balanced send, send_balanced below, spreads the rows of all experts over the blocks.)
 // A home rank behind the proxy: each row is staged in the dispatch slot it arrived in (half b_d of
 // the handle's dispatch, stage_row_off: consumed already, and not rewritten before rank r has
 // received this combine), a WRITE per row copies it to the home slot, and the expert's flag goes
 // as a SIGNAL with kFenceCount = the rows it covers, in the same ring after them.
-// Receive (home rank): one block per token: wait for the flags of the token's experts (acquire,
-// system scope) to reach this call's epoch, then out[t] = sum_k w[t,k] * slot[t,k] in FP32, in
+// Receive (home rank): one block per token: wait for the flags of the token's rows (or of its
+// experts: LogFMT, proxy) (acquire, system scope) to reach this call's epoch, then out[t] = sum_k w[t,k] * slot[t,k] in FP32, in
 // slot order (the same sum on every run), stored as BF16. With direct owners only there is no
 // last-block pass: a flag no token waited on is simply overtaken by the next call's (a last block
 // that waited for every flag and reset them gave the receive a grid-wide tail). Flags through the
@@ -254,10 +257,11 @@ __device__ __forceinline__ void scan_pair_rows(const int64_t* layout_range, int 
 // Combine send when every peer takes direct stores and rows go as BF16: the rows of all pairs,
 // numbered pair by pair (scan_pair_rows), are cut into one contiguous, equal share per block, so
 // every block moves the same bytes however the rows spread over experts (one block per expert
-// left most SMs idle while a few took three experts: 288 experts on 132 blocks). A pair's rows
-// may span blocks: each block adds the rows of the pair it copied to Workspace::combine_done[p],
-// and the block whose add completes the pair stores its flag on rank r (and zeroes the count for
-// the next call). Pairs without rows get their flag at once, from block p % grid.
+// left most SMs idle while a few took three experts: 288 experts on 132 blocks). Each row gets its
+// own flag (combine_row_flag in its slot's header) once the block has stored it, so no block waits
+// for another: a pair's rows may span blocks, and a per-pair count completed across blocks cost an
+// acquire-release add and a second release after the rows (about 4 us between the last row stored
+// and the flags at one rank on an H200, docs/ll.md).
 __device__ __noinline__ void send_balanced(const CombineArgs& a) {
   const Common& c = a.c;
   const Layout& g = c.g;
@@ -268,6 +272,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
   __shared__ int s_begin[kMaxExperts];  // first row of pair p in the expert's part of x
   __shared__ const uint4* s_src[kSendChunkRows];
   __shared__ uint4* s_dst[kSendChunkRows];  // null: the row is not sent (masked rank)
+  __shared__ int s_rank[kSendChunkRows];    // the row's home rank
   __shared__ uint32_t s_epoch;
 
   // The last thread (no pair counts to load in the scan at P <= 4092) reads the epoch; the scan's
@@ -288,6 +293,7 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
       const int l = p / R, r = p % R;
       const int64_t row = static_cast<int64_t>(l) * R * T + s_begin[p] + (i - s_first[p]);
       uint8_t* base = c.peers[r];
+      s_rank[threadIdx.x] = r;
       s_src[threadIdx.x] = reinterpret_cast<const uint4*>(x + row * 2 * g.H);
       // Layout: combine slot (buf, token t on rank r, top-k slot k) — ll_layout.h.
       s_dst[threadIdx.x] =
@@ -316,38 +322,43 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
       for (int u = 0; u < kSendUnroll; ++u)
         if (dst[u] != nullptr) dev::st16(dst[u], val[u]);
     }
-    __syncthreads();  // the rows are written (for the counts below) and s_src/s_dst may be refilled
+    __syncthreads();  // the chunk's rows are stored; from here each thread touches its own entries only
+    if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineCopy);
+    // Memory ordering: the barrier orders every thread's stores of the row before this thread's
+    // release (cumulative), at system scope for another rank's GPU and device scope for the own
+    // (dev::store_signal); the home rank acquires the flag before it reads the row.
+    if (threadIdx.x < static_cast<unsigned>(rows) && s_dst[threadIdx.x] != nullptr)
+      dev::store_signal(c, s_rank[threadIdx.x],
+                        reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(s_dst[threadIdx.x]) - kHeaderBytes),
+                        combine_row_flag(epoch));
   }
-  if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineCopy);
-  // Pairs with rows in this block's share (none when the share is empty).
-  const int p_lo = i0 < i1 ? pair_of_row(s_first, P, i0) : 1, p_hi = i0 < i1 ? pair_of_row(s_first, P, i1 - 1) : 0;
-  for (int p = p_lo + static_cast<int>(threadIdx.x); p <= p_hi; p += blockDim.x) {
+  // A rank without direct stores cannot get rows here (no proxy): report it (no table load when
+  // the launch says every rank takes direct stores).
+  for (int p = blockIdx.x + threadIdx.x * gridDim.x; !c.all_direct && p < P; p += gridDim.x * blockDim.x) {
     const int r = p % R, rows = s_first[p + 1] - s_first[p];
-    if (rows == 0 || c.peers[r] == nullptr) continue;
-    const int mine = min(s_first[p + 1], i1) - max(s_first[p], i0);
-    // Memory ordering: the add releases this block's rows (ordered before this thread by
-    // __syncthreads) and acquires those of the blocks that added before; the flag's release (at
-    // system scope, or device scope for the own rank: dev::store_signal) is cumulative, so a home
-    // rank that acquires the flag (on any GPU) sees every block's rows. No system fence of its
-    // own (with one before the add, hook send measured 16.6 instead of 15.9 us: 1 rank, H200).
-    const int before = port::atomic_add_acq_rel_device(&c.ws.combine_done[p], mine);
-    if (before + mine != rows) continue;
-    c.ws.combine_done[p] = 0;  // every block's add for this call is in; the next call's come after the kernel
-    if (dev::rank_masked(c, r)) continue;
-    dev::store_signal(c, r, reinterpret_cast<int32_t*>(c.peers[r] + g.combine_flag_off(c.buf, c.rank * L + p / R)),
-                      static_cast<int32_t>(epoch));
-  }
-  for (int p = blockIdx.x + threadIdx.x * gridDim.x; p < P; p += gridDim.x * blockDim.x) {
-    const int r = p % R, rows = s_first[p + 1] - s_first[p];
-    if (c.peers[r] == nullptr) {
-      if (rows > 0) dev::report(c.err, kErrNoPeer, c.rank, c.rank * L + p / R, r, rows);
-    } else if (rows == 0 && !dev::rank_masked(c, r)) {
-      // No rows: nothing for the flag to be ordered after.
-      dev::store_signal(c, r, reinterpret_cast<int32_t*>(c.peers[r] + g.combine_flag_off(c.buf, c.rank * L + p / R)),
-                        static_cast<int32_t>(epoch));
-    }
+    if (rows > 0 && c.peers[r] == nullptr) dev::report(c.err, kErrNoPeer, c.rank, c.rank * L + p / R, r, rows);
   }
   timeline::mark_warp(c.timeline, timeline::kCombineFlags);
+}
+
+// The row flags (combine_row_flag) of local expert l's BF16 rows on every rank that takes direct
+// stores and is not masked; the caller's block barrier has ordered the rows before them. Kept out
+// of line: inlined, it made the kernel spill.
+__device__ __noinline__ void flag_rows(const CombineArgs& a, int l, uint32_t epoch) {
+  const Common& c = a.c;
+  const Layout& g = c.g;
+  const int R = static_cast<int>(g.R);
+  const int64_t RT = static_cast<int64_t>(R) * g.T;
+  for (int r = 0; r < R; ++r) {
+    uint8_t* base = c.peers[r];
+    if (base == nullptr || dev::rank_masked(c, r)) continue;
+    const int64_t range = a.layout_range[static_cast<int64_t>(l) * R + r];
+    const int64_t row0 = static_cast<int64_t>(l) * RT + static_cast<int>(range >> 32);
+    for (int s = threadIdx.x; s < static_cast<int>(static_cast<uint32_t>(range)); s += blockDim.x)
+      dev::store_signal(
+          c, r, reinterpret_cast<uint64_t*>(base + g.combine_row_flag_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s])),
+          combine_row_flag(epoch));
+  }
 }
 
 // Combine send with one block per local expert (grid-strided): the path for peers behind the proxy
@@ -415,11 +426,15 @@ __device__ __forceinline__ void send_per_expert(const CombineArgs& a) {
     }
     __syncthreads();  // every row (and every WRITE push) of expert l comes before any of its flags
     if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineCopy);
+    // BF16 rows stored directly: a flag per row, as in send_balanced (released after the barrier
+    // above, which orders the block's stores of the rows before them).
+    if (!a.logfmt) flag_rows(a, l, epoch);
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
       if (dev::rank_masked(c, r)) continue;
       uint8_t* base = c.peers[r];
       const uint64_t flag = g.combine_flag_off(c.buf, c.rank * L + l);
       if (base != nullptr) {
+        if (!a.logfmt) continue;  // its rows carry their flags
         port::fence_system();
         // Flag after data: release at system scope covers the rows the block wrote (observed
         // through __syncthreads); the home rank reads the flag with acquire.
@@ -471,11 +486,15 @@ __device__ void recv_phase(const CombineArgs& a) {
         uint64_t waited = 0;
         bool timed_out = false;
         const bool direct = dev::direct_peer(c, e / L);
-        // Direct: the flag holds the sender's epoch. Proxied: a counter the last block resets.
-        const bool arrived = dev::wait_signal_until(
-            c, direct, g.combine_flag_off(c.buf, e), e / L,
-            [epoch, direct](uint32_t word) { return direct ? dev::epoch_reached(word, epoch) : word != 0u; }, &waited,
-            &timed_out, nullptr);
+        // Direct BF16: the row's own flag. Direct LogFMT: the expert's flag holds the sender's
+        // epoch. Proxied: a counter the last block resets.
+        const bool arrived =
+            direct && !a.logfmt
+                ? dev::wait_row_flag(c, g.combine_row_flag_off(c.buf, t, k), e / L, epoch, &waited, &timed_out)
+                : dev::wait_signal_until(
+                      c, direct, g.combine_flag_off(c.buf, e), e / L,
+                      [epoch, direct](uint32_t word) { return direct ? dev::epoch_reached(word, epoch) : word != 0u; },
+                      &waited, &timed_out, nullptr);
         if (timed_out) dev::report(c.err, kErrCombineRecvTimeout, c.rank, e, e / L, t);
         if (a.wait_recv_cost_stats)
           atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + e / L),

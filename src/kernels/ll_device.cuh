@@ -97,7 +97,8 @@ __device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
 // A count or flag stored directly on rank `peer` (release: ordered after the data it covers). The
 // own rank's reader is on this GPU, so device scope suffices there; a peer's needs system scope,
 // whose release waits for this thread's NVLink stores (and those it observed) to complete.
-__device__ __forceinline__ void store_signal(const Common& c, int peer, int32_t* p, int32_t v) {
+template <typename W>  // int32_t (counts, flags) or uint64_t (row flags)
+__device__ __forceinline__ void store_signal(const Common& c, int peer, W* p, W v) {
   if (peer == c.rank)
     port::store_release_device(p, v);
   else
@@ -107,6 +108,18 @@ __device__ __forceinline__ void store_signal(const Common& c, int peer, int32_t*
 // Does rank r take direct stores (a CUDA IPC / NVLink pointer in c.peers)? Without a kernel
 // argument saying all do, one load of the peer table.
 __device__ __forceinline__ bool direct_peer(const Common& c, int r) { return c.all_direct || c.peers[r] != nullptr; }
+
+// The end of a wait on rank `peer` that came (`ok`) or not: without a mask the caller reports the
+// timeout (*timed_out); in shrink mode the peer is masked, so the other waits on it stop at once.
+__device__ inline bool wait_ended(const Common& c, bool ok, int peer, bool* timed_out) {
+  if (ok) return true;
+  if (c.mask == nullptr) {
+    *timed_out = true;
+  } else {
+    atomicExch(c.mask + peer, 1);  // timed out (or masked meanwhile): skip the peer from now on
+  }
+  return false;
+}
 
 // A count/flag signal at byte offset `off` of the signal area, sent by rank `peer`: a direct peer
 // stores it into our buffer (int32); a proxy adds to counter counter_of(off) in host memory
@@ -136,13 +149,22 @@ __device__ inline bool wait_signal_until(const Common& c, bool direct, uint64_t 
         [&](uint64_t w) { return ready(static_cast<uint32_t>(w)); }, c.timeout_ns, waited_ns, mask_word, &v);
     if (value) *value = static_cast<uint32_t>(v);
   }
-  if (ok) return true;
-  if (mask_word == nullptr) {
-    *timed_out = true;
-  } else {
-    atomicExch(c.mask + peer, 1);  // timed out (or masked meanwhile): skip the peer from now on
-  }
-  return false;
+  return wait_ended(c, ok, peer, timed_out);
+}
+
+// A BF16 combine row from a direct owner (rank `peer`), at slot offset `off`: spin until its flag
+// (the header's first 8 bytes) holds combine_row_flag(epoch) (acquire, system scope). Returns and
+// ends as wait_signal_until.
+__device__ inline bool wait_row_flag(const Common& c, uint64_t off, int peer, uint32_t epoch, uint64_t* waited_ns,
+                                     bool* timed_out) {
+  *timed_out = false;
+  const int32_t* mask_word = c.mask != nullptr ? c.mask + peer : nullptr;
+  if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return false;
+  const uint64_t want = combine_row_flag(epoch);
+  const bool ok = wait_sys(
+      reinterpret_cast<const uint64_t*>(c.local + off), [want](uint64_t w) { return w == want; }, c.timeout_ns,
+      waited_ns, mask_word, static_cast<uint64_t*>(nullptr));
+  return wait_ended(c, ok, peer, timed_out);
 }
 
 // A dispatch count (never 0 once sent: count + 1): its value, or 0 when none came (as above).

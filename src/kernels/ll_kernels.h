@@ -53,8 +53,7 @@ struct Workspace {
   // tells the last source that it is last (it publishes the count and resets the word), so the
   // receive needs no last-block pass. 8-byte aligned: it starts at int 2E of the workspace.
   unsigned long long* recv_arrivals;
-  int32_t* blocks_done;   // [1] finished combine receive blocks (the last one resets the proxied flags)
-  int32_t* combine_done;  // [E] per (local expert, rank) pair, this call: rows the combine send has written
+  int32_t* blocks_done;  // [1] finished combine receive blocks (the last one resets the proxied flags)
   // [2 halves][2 phases (send, receive)][kMaxBlocks]: combine calls so far on a buffer half, one
   // copy per block (every block runs every call, so the copies agree and no block waits for
   // another to advance it). A combine flag stored directly carries its call's number instead of
@@ -65,7 +64,7 @@ struct Workspace {
   int32_t* barrier_sent;  // [R] barrier arrivals sent to each rank
   int32_t* barrier_seen;  // [R] barrier arrivals of each rank consumed here
   static constexpr int64_t kEpochInts = 4 * static_cast<int64_t>(kMaxBlocks);
-  static constexpr int64_t reset_ints(int64_t E) { return 5 * E + 8 + kEpochInts; }
+  static constexpr int64_t reset_ints(int64_t E) { return 4 * E + 8 + kEpochInts; }
   static constexpr int64_t ints(int64_t E) { return reset_ints(E) + 2 * E; }  // R <= E
 };
 

@@ -23,16 +23,17 @@
 //
 //   signals (offset 0, size S = 5 * kMaxExperts * 4 = 80 KiB, fixed): the area and every signal's
 //   position do not depend on the shape, so a call with another shape (other E, T or H) never reads
-//   a stale payload byte of an earlier shape as a signal (clean zeroes the signals; the payload
-//   regions are not).
+//   a stale payload byte of an earlier shape as a signal (clean zeroes the signals but the barrier
+//   words, and the regions after them: the row flags of combine slots start again with the epochs).
 //     dispatch_count[b][l][r] int32 at 4 * (b*X + l*R + r)          (X = kMaxExperts, r = source rank)
 //         written by source rank r after its tokens for local expert l: value = count + 1
 //         (0 = not yet arrived); the receiver resets it to 0 after reading.
 //     combine_flag[b][e] int32 at 4 * (2*X + b*X + e)                (e = global expert)
-//         written by the rank that owns expert e after all its outputs for this home rank:
-//         value = the call's number on half b (its epoch, ll::Workspace::combine_epoch); never
-//         reset: the home rank waits until it has reached its own number for the call. (Through
-//         the proxy: a counter, below.)
+//         LogFMT rows, and owners behind the proxy: written by the rank that owns expert e after
+//         all its outputs for this home rank: value = the call's number on half b (its epoch,
+//         ll::Workspace::combine_epoch); never reset: the home rank waits until it has reached its
+//         own number for the call. (Through the proxy: a counter, below.) BF16 rows stored
+//         directly carry their own flag instead (the combine slot's header, below).
 //     barrier[r] int32 at 4 * (4*X + r)                               (r = the arriving rank, r < X)
 //         the elastic barrier of clean (shrink mode): how many barriers rank r has arrived at
 //         here; never reset (clean resets only the 4*X words above), readers keep their own count.
@@ -51,7 +52,11 @@
 //     slot (b, t, k) at S + D + ((b*T + t)*kMaxTopk + k) * W         (t: token on the home rank)
 //         one private slot per (home token, top-k entry): the expert's output row lands there
 //         and the home rank sums the K slots of a token, weighted, in FP32. A row is
-//           BF16:    bytes [16, 16+2H) the H values (the header [0, 16) is not written);
+//           BF16:    bytes [16, 16+2H) the H values; from a direct owner, the header's first 8
+//                    bytes then hold the row's flag (combine_row_flag(epoch), stored after the
+//                    values with release: the home rank waits per row, not per expert; clean
+//                    zeroes the buffer, so no flag outlives the reset of the epochs); through the
+//                    proxy the header is not written;
 //           LogFMT:  (use_logfmt; group encoding in logfmt.h) G = H/128 groups:
 //             [0, 16)  header: encode mask, 4 uint32, bit g%32 of word g/32 = group g encoded
 //             group g at 16 + 256g - 96 * n_g   (n_g: encoded groups before g; an encoded group
@@ -145,6 +150,14 @@ static_assert(sizeof(MsgHeader) == kHeaderBytes, "LL message header is 16 bytes"
 ANYEP_HD ANYEP_INLINE constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // LogFMT combine rows (see the layout comment): the header is the encode mask, one bit per group.
+// The flag a direct owner stores in a BF16 row's header after the row (combine slot, above): the
+// call's number on its half (its epoch) in the low word and a check word in the high one. The home
+// rank waits for exactly this value: a stale flag holds an earlier call's number, and bytes of an
+// earlier shape's rows at this offset would have to match the 64 bits of this call.
+inline constexpr uint32_t kRowFlagCheck = 0x9e3779b9u;
+ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_row_flag(uint32_t epoch) {
+  return (static_cast<uint64_t>(~epoch ^ kRowFlagCheck) << 32) | epoch;
+}
 inline constexpr int kMaskWordBits = 32;
 inline constexpr int kLogfmtMaskWords = kHeaderBytes / 4;
 inline constexpr int kMaxGroups = kMaxHidden / logfmt::kGroup;
@@ -258,6 +271,10 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_slot_off(int b, int64_t t, int64_t k) const {
     return signal_bytes() + 2 * dispatch_half_bytes() +
            static_cast<uint64_t>((b * T + t) * kMaxTopk + k) * combine_slot_bytes();
+  }
+  // A BF16 row's flag in slot (b, t, k): the first 8 bytes of its header (combine_row_flag).
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_row_flag_off(int b, int64_t t, int64_t k) const {
+    return combine_slot_off(b, t, k);
   }
   // A BF16 row's values in slot (b, t, k).
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_values_off(int b, int64_t t, int64_t k) const {

@@ -211,8 +211,7 @@ ll::Common LowLatencyBuffer::common_base() const {
   static_assert(X % 2 == 0, "recv_arrivals (64-bit) starts 8-byte aligned");
   c.ws.recv_arrivals = reinterpret_cast<unsigned long long*>(ws_ + 2 * X);  // 2X ints
   c.ws.blocks_done = ws_ + 4 * X;
-  c.ws.combine_done = ws_ + 4 * X + 8;
-  c.ws.combine_epoch = reinterpret_cast<uint32_t*>(ws_ + 5 * X + 8);  // Workspace::kEpochInts
+  c.ws.combine_epoch = reinterpret_cast<uint32_t*>(ws_ + 4 * X + 8);  // Workspace::kEpochInts
   c.ws.barrier_sent = ws_ + ll::Workspace::reset_ints(X);
   c.ws.barrier_seen = ws_ + ll::Workspace::reset_ints(X) + X;
   c.err = err_dev_;
@@ -278,6 +277,11 @@ void LowLatencyBuffer::clean() {
   // barrier words after them, and the barrier counts of the workspace, only grow.
   const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::Layout::reset_signal_bytes()));
   cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), "clear LL signals");
+  // And everything after the signal area: the row flags of combine slots (ll_layout.h) count calls
+  // like the epochs reset below, so none may outlive them (a stale one would match a later call).
+  const int64_t regions = static_cast<int64_t>(ll::Layout{}.signal_bytes());
+  if (regions < num_bytes_)
+    cuda_check(cudaMemset(local_ + regions, 0, static_cast<size_t>(num_bytes_ - regions)), "clear LL regions");
   cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ll::Workspace::reset_ints(ll::kMaxExperts)) * 4),
              "clear LL workspace");
   cuda_check(cudaDeviceSynchronize(), "synchronize after clean");
