@@ -779,7 +779,8 @@ class Buffer:
     # ---- low-latency mode -----------------------------------------------------------------------
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
         """
-        Reset the low-latency buffer's signals, counters and error record (a collective call:
+        Reset the low-latency buffer's signals, counters and error record, and zero its data
+        regions (combine rows carry flags that count calls from the reset on) (a collective call:
         every rank finishes its GPU work, then barrier, clean, barrier). Use it after an error, and
         after unmasking a rank, before the next call. The rank mask is kept. With
         `enable_shrink=True` the barriers run over the low-latency buffer itself, skip masked

@@ -17,11 +17,12 @@
 // received this combine), a WRITE per row copies it to the home slot, and the expert's flag goes
 // as a SIGNAL with kFenceCount = the rows it covers, in the same ring after them.
 // Receive (home rank): one block per token: wait for the flags of the token's rows (or of its
-// experts: LogFMT, proxy) (acquire, system scope) to reach this call's epoch, then out[t] = sum_k w[t,k] * slot[t,k] in FP32, in
-// slot order (the same sum on every run), stored as BF16. With direct owners only there is no
-// last-block pass: a flag no token waited on is simply overtaken by the next call's (a last block
-// that waited for every flag and reset them gave the receive a grid-wide tail). Flags through the
-// proxy are counters that only add: they keep that pass (Workspace::combine_epoch says why).
+// experts: LogFMT, proxy) (acquire, system scope) to reach this call's epoch, then
+// out[t] = sum_k w[t,k] * slot[t,k] in FP32, in slot order (the same sum on every run), stored as
+// BF16. With direct owners only there is no last-block pass: a flag no token waited on is simply
+// overtaken by the next call's (a last block that waited for every flag and reset them gave the
+// receive a grid-wide tail). Flags through the proxy are counters that only add: they keep that
+// pass (Workspace::combine_epoch says why).
 // Shrink mode (c.mask set): nothing is sent to a masked rank, and the experts of a masked owner
 // are not waited for and contribute nothing; an owner whose flag times out is masked.
 // LogFMT (a.logfmt): each row goes encoded (logfmt.h; row layout in ll_layout.h), written by
@@ -356,7 +357,8 @@ __device__ __noinline__ void flag_rows(const CombineArgs& a, int l, uint32_t epo
     const int64_t row0 = static_cast<int64_t>(l) * RT + static_cast<int>(range >> 32);
     for (int s = threadIdx.x; s < static_cast<int>(static_cast<uint32_t>(range)); s += blockDim.x)
       dev::store_signal(
-          c, r, reinterpret_cast<uint64_t*>(base + g.combine_row_flag_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s])),
+          c, r,
+          reinterpret_cast<uint64_t*>(base + g.combine_row_flag_off(c.buf, a.src_info[row0 + s], a.src_topk[row0 + s])),
           combine_row_flag(epoch));
   }
 }

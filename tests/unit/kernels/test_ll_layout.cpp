@@ -88,7 +88,30 @@ TEST(LLLayout, RegionsAreDisjointAndInside) {
       // A combine row (BF16 or LogFMT) staged for the proxy fits the dispatch slot it is staged in.
       EXPECT_LE(g.combine_slot_bytes(), g.msg_bytes());
       EXPECT_EQ(g.combine_values_off(0, 0, 0), g.combine_slot_off(0, 0, 0) + kHeaderBytes);
+      // A row's flag is an aligned 8-byte word of its slot's header, before the values.
+      for (const int b : {0, 1})
+        for (const int64_t t : {int64_t{0}, g.T - 1})
+          for (const int64_t k : {int64_t{0}, int64_t{kMaxTopk - 1}}) {
+            EXPECT_EQ(g.combine_row_flag_off(b, t, k) % 8, 0u);
+            EXPECT_GE(g.combine_row_flag_off(b, t, k), g.combine_slot_off(b, t, k));
+            EXPECT_LE(g.combine_row_flag_off(b, t, k) + 8, g.combine_values_off(b, t, k));
+          }
     }
+}
+
+// The home rank waits for a row flag's exact value: a zeroed header (after clean) is no call's
+// flag, every call's flag differs from the calls' before it, and the low word is the epoch.
+TEST(LLLayout, RowFlagsNeverMatchZeroOrAnotherCall) {
+  const uint32_t epochs[] = {0u, 1u, 2u, 1000u, ~kRowFlagCheck, kRowFlagCheck, 0x7fffffffu, 0xffffffffu};
+  for (const uint32_t e : epochs) {
+    EXPECT_NE(combine_row_flag(e), 0u) << "epoch " << e;
+    EXPECT_EQ(static_cast<uint32_t>(combine_row_flag(e)), e);
+    for (const uint32_t f : epochs) {
+      if (f != e) {
+        EXPECT_NE(combine_row_flag(e), combine_row_flag(f)) << e << " vs " << f;
+      }
+    }
+  }
 }
 
 // Every top-k entry of every token gets its own message slot on its owner, below T x C: random
