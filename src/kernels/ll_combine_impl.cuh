@@ -327,7 +327,8 @@ __device__ __noinline__ void send_balanced(const CombineArgs& a) {
     if (threadIdx.x == 0) timeline::mark(c.timeline, timeline::kCombineCopy);
     // Memory ordering: the barrier orders every thread's stores of the row before this thread's
     // release (cumulative), at system scope for another rank's GPU and device scope for the own
-    // (dev::store_signal); the home rank acquires the flag before it reads the row.
+    // (dev::store_signal); the home rank acquires the flag before it reads the row. The flag is the
+    // slot's first word, kHeaderBytes before the values (ll_layout.h; test_ll_layout checks it).
     if (threadIdx.x < static_cast<unsigned>(rows) && s_dst[threadIdx.x] != nullptr)
       dev::store_signal(c, s_rank[threadIdx.x],
                         reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(s_dst[threadIdx.x]) - kHeaderBytes),

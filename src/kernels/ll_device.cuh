@@ -109,11 +109,17 @@ __device__ __forceinline__ void store_signal(const Common& c, int peer, W* p, W 
 // argument saying all do, one load of the peer table.
 __device__ __forceinline__ bool direct_peer(const Common& c, int r) { return c.all_direct || c.peers[r] != nullptr; }
 
-// The end of a wait on rank `peer` that came (`ok`) or not: without a mask the caller reports the
-// timeout (*timed_out); in shrink mode the peer is masked, so the other waits on it stop at once.
-__device__ inline bool wait_ended(const Common& c, bool ok, int peer, bool* timed_out) {
-  if (ok) return true;
-  if (c.mask == nullptr) {
+// A wait on rank `peer`: wait(mask_word) spins until the signal came (true), or until it timed out
+// or the non-null *mask_word turned non-zero (false). Shrink mode (c.mask set) skips a masked peer
+// at once and masks one that does not come, so the other waits on it stop at once; otherwise a
+// wait that ends without the signal sets *timed_out for the caller to report.
+template <typename Wait>
+__device__ inline bool wait_on_peer(const Common& c, int peer, bool* timed_out, Wait wait) {
+  *timed_out = false;
+  const int32_t* mask_word = c.mask != nullptr ? c.mask + peer : nullptr;
+  if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return false;
+  if (wait(mask_word)) return true;
+  if (mask_word == nullptr) {
     *timed_out = true;
   } else {
     atomicExch(c.mask + peer, 1);  // timed out (or masked meanwhile): skip the peer from now on
@@ -131,25 +137,24 @@ __device__ inline bool wait_ended(const Common& c, bool ok, int peer, bool* time
 template <typename Ready>
 __device__ inline bool wait_signal_until(const Common& c, bool direct, uint64_t off, int peer, Ready ready,
                                          uint64_t* waited_ns, bool* timed_out, uint32_t* value) {
-  *timed_out = false;
-  const int32_t* mask_word = c.mask != nullptr ? c.mask + peer : nullptr;
-  if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return false;
-  bool ok;
-  if (direct) {
-    int32_t v = 0;
-    ok = wait_sys(
-        reinterpret_cast<const int32_t*>(c.local + off), [&](int32_t w) { return ready(static_cast<uint32_t>(w)); },
-        c.timeout_ns, waited_ns, mask_word, &v);
-    if (value) *value = static_cast<uint32_t>(v);
-  } else {
-    static_assert(sizeof(*c.proxy.counters) == sizeof(uint64_t), "proxy counters are 64-bit words");
-    uint64_t v = 0;
-    ok = wait_sys(
-        reinterpret_cast<const uint64_t*>(c.proxy.counters + counter_of(off)),
-        [&](uint64_t w) { return ready(static_cast<uint32_t>(w)); }, c.timeout_ns, waited_ns, mask_word, &v);
-    if (value) *value = static_cast<uint32_t>(v);
-  }
-  return wait_ended(c, ok, peer, timed_out);
+  return wait_on_peer(c, peer, timed_out, [&](const int32_t* mask_word) {
+    bool ok;
+    if (direct) {
+      int32_t v = 0;
+      ok = wait_sys(
+          reinterpret_cast<const int32_t*>(c.local + off), [&](int32_t w) { return ready(static_cast<uint32_t>(w)); },
+          c.timeout_ns, waited_ns, mask_word, &v);
+      if (value) *value = static_cast<uint32_t>(v);
+    } else {
+      static_assert(sizeof(*c.proxy.counters) == sizeof(uint64_t), "proxy counters are 64-bit words");
+      uint64_t v = 0;
+      ok = wait_sys(
+          reinterpret_cast<const uint64_t*>(c.proxy.counters + counter_of(off)),
+          [&](uint64_t w) { return ready(static_cast<uint32_t>(w)); }, c.timeout_ns, waited_ns, mask_word, &v);
+      if (value) *value = static_cast<uint32_t>(v);
+    }
+    return ok;
+  });
 }
 
 // A BF16 combine row from a direct owner (rank `peer`), at slot offset `off`: spin until its flag
@@ -157,14 +162,12 @@ __device__ inline bool wait_signal_until(const Common& c, bool direct, uint64_t 
 // ends as wait_signal_until.
 __device__ inline bool wait_row_flag(const Common& c, uint64_t off, int peer, uint32_t epoch, uint64_t* waited_ns,
                                      bool* timed_out) {
-  *timed_out = false;
-  const int32_t* mask_word = c.mask != nullptr ? c.mask + peer : nullptr;
-  if (mask_word != nullptr && port::load_acquire_device(mask_word) != 0) return false;
   const uint64_t want = combine_row_flag(epoch);
-  const bool ok = wait_sys(
-      reinterpret_cast<const uint64_t*>(c.local + off), [want](uint64_t w) { return w == want; }, c.timeout_ns,
-      waited_ns, mask_word, static_cast<uint64_t*>(nullptr));
-  return wait_ended(c, ok, peer, timed_out);
+  return wait_on_peer(c, peer, timed_out, [&](const int32_t* mask_word) {
+    return wait_sys(
+        reinterpret_cast<const uint64_t*>(c.local + off), [want](uint64_t w) { return w == want; }, c.timeout_ns,
+        waited_ns, mask_word, static_cast<uint64_t*>(nullptr));
+  });
 }
 
 // A dispatch count (never 0 once sent: count + 1): its value, or 0 when none came (as above).

@@ -195,7 +195,7 @@ struct Layout {
   }
   // FP8 payload sits right after the header; its scales right after the payload.
   ANYEP_HD ANYEP_INLINE constexpr uint64_t fp8_scale_offset() const { return kHeaderBytes + static_cast<uint64_t>(H); }
-  ANYEP_HD ANYEP_INLINE constexpr uint64_t signal_bytes() const {
+  ANYEP_HD ANYEP_INLINE static constexpr uint64_t signal_bytes() {
     return align_up(static_cast<uint64_t>(kNumCounters) * 4ull, kSignalAlign);
   }
   // The part of the signal area clean resets (everything but the barrier words).

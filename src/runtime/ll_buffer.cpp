@@ -279,7 +279,7 @@ void LowLatencyBuffer::clean() {
   cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), "clear LL signals");
   // And everything after the signal area: the row flags of combine slots (ll_layout.h) count calls
   // like the epochs reset below, so none may outlive them (a stale one would match a later call).
-  const int64_t regions = static_cast<int64_t>(ll::Layout{}.signal_bytes());
+  const int64_t regions = static_cast<int64_t>(ll::Layout::signal_bytes());
   if (regions < num_bytes_)
     cuda_check(cudaMemset(local_ + regions, 0, static_cast<size_t>(num_bytes_ - regions)), "clear LL regions");
   cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ll::Workspace::reset_ints(ll::kMaxExperts)) * 4),

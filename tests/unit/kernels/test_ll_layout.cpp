@@ -95,6 +95,8 @@ TEST(LLLayout, RegionsAreDisjointAndInside) {
             EXPECT_EQ(g.combine_row_flag_off(b, t, k) % 8, 0u);
             EXPECT_GE(g.combine_row_flag_off(b, t, k), g.combine_slot_off(b, t, k));
             EXPECT_LE(g.combine_row_flag_off(b, t, k) + 8, g.combine_values_off(b, t, k));
+            // send_balanced finds the flag from the values' address.
+            EXPECT_EQ(g.combine_row_flag_off(b, t, k), g.combine_values_off(b, t, k) - kHeaderBytes);
           }
     }
 }
