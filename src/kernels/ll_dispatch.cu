@@ -273,7 +273,17 @@ constexpr int kRecvTeams = port::kTeamBarriers ? 4 : 1;
 constexpr int kRecvTeamThreads = kBlockThreads / kRecvTeams;
 static_assert(kRecvTeamThreads % port::kWarpSize == 0, "a receive team is whole warps");
 constexpr int kRouteChunk = 64;  // route entries a receive team holds at once (shared memory)
-constexpr int kRecvUnroll = 4;   // 16-byte payload loads in flight per thread in one round
+// The copy goes by warp items: a warp copies part `part` of row s, kRecvPart 16-byte vectors,
+// kRecvUnroll a lane, all loaded before any is stored (one round trip). A lane's vectors are
+// lane, lane + warp size, ... of the part: one base address and immediate offsets, so 7 loads in
+// flight cost little more than the registers of their values. A team's warps take the items of
+// its region in turn: at DeepEP's shape (448 vectors a row, 2 parts) a region of up to 4 rows is
+// one round trip and one of 10 rows three. (The region's vectors numbered flat over the team, 4 a
+// thread, took 2 and 5 round trips; more than 4 a thread spilled their index arithmetic.)
+constexpr int kRecvUnroll = 7;
+constexpr int kRecvPart = kRecvUnroll * port::kWarpSize;
+constexpr int kRecvWarps = kRecvTeamThreads / port::kWarpSize;
+constexpr int kRecvScalesPerLane = 2;  // scale words a lane of a part's warp carries (below)
 
 // The message of row c0 + s of a (local expert, source) region: fast layout, the region's slots in
 // order; compact, the one its route entry names (the chunk's entries, in shared memory).
@@ -284,20 +294,21 @@ __device__ __forceinline__ const uint8_t* msg_of(const uint8_t* region, const in
   return region + static_cast<int64_t>(c0 + s) * M;
 }
 
-// A team's copy of rows [first, first + rows) of (local expert l, source r) out of the dispatch
-// region into recv_x, with their source token, top-k slot and scales, in rounds: in round j
-// thread tt loads up to kRecvUnroll payload vectors, one header and one scale word, all before any
-// of its stores (payload, headers and scales in sequence took a round trip each). Compact:
+// A team's rows [first, first + rows) of (local expert l, source r), to be copied out of the
+// dispatch region into recv_x with their source token, top-k slot and scales. Compact:
 // `route_chunk` holds the messages of these rows.
 struct RecvRows {
   const uint8_t* region;
   const int* route_chunk;
   int l, first, rows;
 };
-struct RecvRound {
+// What a lane holds of one item: its payload vectors, its scale words (part p carries the row's
+// scale words p * kRecvScalesPerLane * warp size and on, kRecvScalesPerLane a lane) and, for the
+// first lane of part 0, the row's header.
+struct RecvItem {
   uint4 val[kRecvUnroll];
-  int2 head;       // the row's header: source token, top-k slot
-  uint32_t scale;  // FP8: the float's bits; UE8M0: kUe8m0Pack exponent bytes (packed at the load)
+  uint32_t scale[kRecvScalesPerLane];  // FP8: the float's bits; UE8M0: kUe8m0Pack exponent bytes
+  int2 head;                           // source token, top-k slot
 };
 
 __device__ __forceinline__ int recv_scale_words(const DispatchArgs& a) {
@@ -307,76 +318,68 @@ __device__ __forceinline__ int recv_scale_words(const DispatchArgs& a) {
 __device__ __forceinline__ int recv_nvec(const DispatchArgs& a) {
   return static_cast<int>(a.fmt == Format::kBF16 ? 2 * a.c.g.H : a.c.g.H) / 16;
 }
-// Rounds a team needs for `rows` rows: the most of the payload's, the headers' and the scales'.
-__device__ __forceinline__ int recv_round_count(const DispatchArgs& a, int rows) {
-  const int n = rows * recv_nvec(a), per = kRecvUnroll * kRecvTeamThreads;
-  const int w = rows * recv_scale_words(a);
-  return max(max((n + per - 1) / per, (rows + kRecvTeamThreads - 1) / kRecvTeamThreads),
-             (w + kRecvTeamThreads - 1) / kRecvTeamThreads);
-}
+// A part's vectors span at most as many scale groups (FP8: 16 values a vector) as its lanes carry
+// words, so the parts of a row carry all of the row's scale words.
+static_assert(kRecvUnroll * 16 <= kScaleGroup * kRecvScalesPerLane, "every scale word of a row has a part");
 
-// Payload vector i of the rows is vector i % nvec of row i / nvec: its store is at i * 16 of the
-// rows' part of recv_x (rows are contiguous there), so only the load needs the row.
+// Item `item` of the rows (row item / parts, part item % parts): its loads into `it`. Returns the
+// row, or -1 when the rows have no such item.
 template <bool kCompact>
-__device__ __forceinline__ void recv_load(const DispatchArgs& a, const RecvRows& q, int j, int tt, RecvRound& rr) {
+__device__ __forceinline__ int recv_load(const DispatchArgs& a, const RecvRows& q, int parts, int item, int lane,
+                                         RecvItem& it) {
+  if (item >= q.rows * parts) return -1;
   const Common& c = a.c;
-  const uint64_t M = c.g.msg_bytes();
-  const int nvec = recv_nvec(a), n = q.rows * nvec;
-  const float inv = 1.0f / static_cast<float>(nvec);
+  const int s = item / parts, part = item - s * parts;
+  const uint8_t* msg = msg_of<kCompact>(q.region, q.route_chunk, q.first, s, c.g.msg_bytes());
+  const int left = recv_nvec(a) - part * kRecvPart - lane;  // this lane's vectors: those below left
+  // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
+  const uint4* src = reinterpret_cast<const uint4*>(msg + kHeaderBytes) + part * kRecvPart + lane;
 #pragma unroll
-  for (int u = 0; u < kRecvUnroll; ++u) {
-    const int i = (j * kRecvUnroll + u) * kRecvTeamThreads + tt;
-    if (i < n) {
-      const int s = dev::div_by(i, nvec, inv), v = i - s * nvec;
-      // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
-      rr.val[u] = dev::ld_recv(
-          reinterpret_cast<const uint4*>(msg_of<kCompact>(q.region, q.route_chunk, q.first, s, M) + kHeaderBytes) + v,
-          c.host_mem);
-    }
-  }
-  const int s = j * kRecvTeamThreads + tt;
-  if (s < q.rows)
-    rr.head = dev::ld_recv(reinterpret_cast<const int2*>(msg_of<kCompact>(q.region, q.route_chunk, q.first, s, M)),
-                           c.host_mem);
-  const int W = recv_scale_words(a), i = j * kRecvTeamThreads + tt;
-  if (i < q.rows * W) {
-    const int sr = i / W, gi = i - sr * W;
-    const uint8_t* sp = msg_of<kCompact>(q.region, q.route_chunk, q.first, sr, M) + c.g.fp8_scale_offset();
+  for (int u = 0; u < kRecvUnroll; ++u)
+    if (u * port::kWarpSize < left) it.val[u] = dev::ld_recv(src + u * port::kWarpSize, c.host_mem);
+  if (part == 0 && lane == 0) it.head = dev::ld_recv(reinterpret_cast<const int2*>(msg), c.host_mem);
+  const int W = recv_scale_words(a);
+  const uint8_t* sp = msg + c.g.fp8_scale_offset();
+#pragma unroll
+  for (int k = 0; k < kRecvScalesPerLane; ++k) {
+    const int gi = (part * kRecvScalesPerLane + k) * port::kWarpSize + lane;
+    if (gi >= W) continue;
     if (a.fmt == Format::kFP8) {
-      rr.scale = dev::ld_recv(reinterpret_cast<const uint32_t*>(sp) + gi, c.host_mem);
+      it.scale[k] = dev::ld_recv(reinterpret_cast<const uint32_t*>(sp) + gi, c.host_mem);
     } else {
       // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first
       // (packed here, not at the store: one register held instead of four; a rare format).
       const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(sp) + gi, c.host_mem);
-      rr.scale = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) | (port::ue8m0_exponent(f.z) << 16) |
-                 (port::ue8m0_exponent(f.w) << 24);
+      it.scale[k] = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) |
+                    (port::ue8m0_exponent(f.z) << 16) | (port::ue8m0_exponent(f.w) << 24);
     }
   }
+  return s;
 }
 
-// Round j's stores; `begin`: the region's first row in the expert's part of recv_x.
-__device__ __forceinline__ void recv_store(const DispatchArgs& a, const RecvRows& q, int begin, int j, int tt,
-                                           const RecvRound& rr) {
+// The stores of an item loaded for row s (s >= 0); `begin`: the region's first row in the
+// expert's part of recv_x.
+__device__ __forceinline__ void recv_store(const DispatchArgs& a, const RecvRows& q, int parts, int item, int s,
+                                           int begin, int lane, const RecvItem& it) {
   const Layout& g = a.c.g;
   const int64_t RT = g.R * g.T;
-  const int nvec = recv_nvec(a), n = q.rows * nvec;
-  const int64_t row0 = static_cast<int64_t>(q.l) * RT + begin + q.first;
-  uint4* out = reinterpret_cast<uint4*>(a.recv_x) + row0 * nvec;
+  const int part = item - s * parts, nvec = recv_nvec(a), x = begin + q.first + s;  // x: in the expert's part
+  const int64_t row = static_cast<int64_t>(q.l) * RT + x;
+  const int left = nvec - part * kRecvPart - lane;
+  uint4* dst = reinterpret_cast<uint4*>(a.recv_x) + row * nvec + part * kRecvPart + lane;
 #pragma unroll
-  for (int u = 0; u < kRecvUnroll; ++u) {
-    const int i = (j * kRecvUnroll + u) * kRecvTeamThreads + tt;
-    if (i < n) dev::st16(out + i, rr.val[u]);
+  for (int u = 0; u < kRecvUnroll; ++u)
+    if (u * port::kWarpSize < left) dev::st16(dst + u * port::kWarpSize, it.val[u]);
+  if (part == 0 && lane == 0) {
+    a.src_info[row] = it.head.x;
+    a.src_topk[row] = it.head.y;
   }
-  const int s = j * kRecvTeamThreads + tt;
-  if (s < q.rows) {
-    a.src_info[row0 + s] = rr.head.x;
-    a.src_topk[row0 + s] = rr.head.y;
-  }
-  const int W = recv_scale_words(a), i = j * kRecvTeamThreads + tt;
-  if (i < q.rows * W) {
-    const int sr = i / W, gi = i - sr * W;
+  const int W = recv_scale_words(a);
+#pragma unroll
+  for (int k = 0; k < kRecvScalesPerLane; ++k) {
+    const int gi = (part * kRecvScalesPerLane + k) * port::kWarpSize + lane;
     // [L, W, R*T]: the column-major view of the scales (FP8: fp32; UE8M0: packed int32).
-    static_cast<uint32_t*>(a.recv_scales)[(static_cast<int64_t>(q.l) * W + gi) * RT + begin + q.first + sr] = rr.scale;
+    if (gi < W) static_cast<uint32_t*>(a.recv_scales)[(static_cast<int64_t>(q.l) * W + gi) * RT + x] = it.scale[k];
   }
 }
 
@@ -389,6 +392,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
   __shared__ int s_route[kRecvTeams][kRouteChunk];
   const int team = static_cast<int>(threadIdx.x) / kRecvTeamThreads;
   const int tt = static_cast<int>(threadIdx.x) % kRecvTeamThreads;
+  const int warp = tt / port::kWarpSize, lane = tt % port::kWarpSize;
   const int team_bar = 1 + team;  // barrier 0 is __syncthreads'
 
   // Region p goes to block p % grid, team p / grid: every block gets its share (288 regions on 132
@@ -443,13 +447,16 @@ __device__ void recv_phase(const DispatchArgs& a) {
         port::team_sync(team_bar, kRecvTeamThreads);
       }
       const RecvRows q{region, s_route[team], l, c0, min(chunk, count - c0)};
-      const int rounds = max(1, recv_round_count(a, q.rows));  // round 0 also reserves the rows
-      for (int j = 0; j < rounds; ++j) {
-        RecvRound rr;
-        recv_load<kCompact>(a, q, j, tt, rr);
+      const int parts = (recv_nvec(a) + kRecvPart - 1) / kRecvPart;
+      const int batches = max(1, (q.rows * parts + kRecvWarps - 1) / kRecvWarps);  // batch 0 also reserves
+      for (int j = 0; j < batches; ++j) {
+        RecvItem it;
+        const int item = j * kRecvWarps + warp;
+        const int s = recv_load<kCompact>(a, q, parts, item, lane, it);
         if (c0 == 0 && j == 0) {
-          // The reservation goes out after round 0's loads: its atomic and the loads take one
-          // round trip together, and only the stores need `begin`.
+          // The reservation goes out after batch 0's loads: its atomic and the loads take one
+          // round trip together, and only the stores need `begin`. (Sent before the loads, it
+          // measured slower: hook receive 10.13 / 10.15 us against 9.88 / 9.90.)
           if (tt == 0) {
             // One add counts the rows and the arrival (Workspace::recv_arrivals): the adds to one
             // word are totally ordered, so the one that finds R - 1 arrivals is last and the rows
@@ -471,7 +478,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
           begin = s_begin[team];
           if (tt == 0) timeline::mark(c.timeline, timeline::kDispatchReserve);
         }
-        recv_store(a, q, begin, j, tt, rr);
+        if (s >= 0) recv_store(a, q, parts, item, s, begin, lane, it);
       }
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count/s_route reuse
