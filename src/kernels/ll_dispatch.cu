@@ -350,8 +350,8 @@ __device__ __forceinline__ int recv_load(const DispatchArgs& a, const RecvRows& 
       // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first
       // (packed here, not at the store: one register held instead of four; a rare format).
       const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(sp) + gi, c.host_mem);
-      it.scale[k] = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) |
-                    (port::ue8m0_exponent(f.z) << 16) | (port::ue8m0_exponent(f.w) << 24);
+      it.scale[k] = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) | (port::ue8m0_exponent(f.z) << 16) |
+                    (port::ue8m0_exponent(f.w) << 24);
     }
   }
   return s;
