@@ -28,16 +28,6 @@ __device__ inline void report(ErrorRecord* err, uint32_t code, int rank, int exp
 // (completion counts among blocks of this GPU), port::load16_read_once for inputs read once.
 __device__ __forceinline__ void st16(void* p, const uint4& v) { port::store16(p, v); }
 
-// i / n for 0 <= i and n > 0 through the float reciprocal inv = 1.0f / n: a multiply and a
-// correction instead of an integer division (about 20 instructions) per 16-byte vector of a copy.
-// The estimate is exact or one off below 2^24 (the loops then run once at most); always correct.
-__device__ __forceinline__ int div_by(int i, int n, float inv) {
-  int q = __float2int_rz(__int2float_rn(i) * inv);
-  while (q * n > i) --q;
-  while ((q + 1) * n <= i) ++q;
-  return q;
-}
-
 // Spin until ready(*p) (acquire, system scope); true with the value in *value (if wanted), false on timeout. W
 // is the signal word: int32 in an LL buffer (direct peers), uint64 in the proxy's host counters. A
 // non-null `mask_word` (shrink mode) also ends the wait, with false, once it turns non-zero: another

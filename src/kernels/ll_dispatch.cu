@@ -11,8 +11,8 @@
 // system scope, device scope for the own rank): the count is ordered after the data it covers.
 // Receive: one team of a block per (local expert, source rank) region: wait for the count
 // (acquire, system scope), reserve rows in recv_x with an atomic on the expert's row counter
-// (arrival order, as DeepEP packs them) while the first round of the copy is loaded, copy
-// payload, scales, source token and top-k slot; the expert's last source publishes recv_count.
+// (arrival order, as DeepEP packs them) while the copy's first batch is loaded, copy payload,
+// scales, source token and top-k slot by warp items; the expert's last source publishes recv_count.
 //
 // NVLink peers get direct stores through CUDA IPC pointers (c.peers[r]); a null entry marks a
 // peer behind the proxy: the message is built in this rank's staging slot (b, t, k), a WRITE
