@@ -9,10 +9,9 @@
 // per expert then waits until all of that expert's tokens are counted (its total from the
 // block's shared histogram of the top-k table) and stores the count to the owner (release:
 // system scope, device scope for the own rank): the count is ordered after the data it covers.
-// Receive: one team of a block per (local expert, source rank) region: wait for the count
-// (acquire, system scope), reserve rows in recv_x with an atomic on the expert's row counter
-// (arrival order, as DeepEP packs them) while the copy's first batch is loaded, copy payload,
-// scales, source token and top-k slot by warp items; the expert's last source publishes recv_count.
+// Receive (ll_dispatch_recv.cuh): one team of a block per (local expert, source rank) region waits
+// for its count and copies the region's rows into recv_x. The fused kernel runs it after the send;
+// the staged hook's receive launches a kernel of its own (ll_dispatch_recv.cu).
 //
 // NVLink peers get direct stores through CUDA IPC pointers (c.peers[r]); a null entry marks a
 // peer behind the proxy: the message is built in this rank's staging slot (b, t, k), a WRITE
@@ -24,6 +23,7 @@
 // counts as 0 tokens, and a source whose count times out is masked instead of failing the call.
 #include "kernels/kernel_loading.cuh"
 #include "kernels/ll_device.cuh"
+#include "kernels/ll_dispatch_recv.cuh"
 #include "kernels/ll_kernels.h"
 
 namespace anyep::ll {
@@ -265,231 +265,11 @@ __device__ void send_phase(const DispatchArgs& a) {
   }
 }
 
-// Receive teams: a block takes kRecvTeams (local expert, source) regions at once, one per team of
-// kRecvTeamThreads, each with its own barrier. At DeepEP's shape there are 288 regions (E x 1 at
-// one rank, 144 x 2 at two) on 132 blocks: whole-block regions ran in three waves, each a wait,
-// a barrier and a short copy; four teams a block take them in one.
-constexpr int kRecvTeams = port::kTeamBarriers ? 4 : 1;
-constexpr int kRecvTeamThreads = kBlockThreads / kRecvTeams;
-static_assert(kRecvTeamThreads % port::kWarpSize == 0, "a receive team is whole warps");
-constexpr int kRouteChunk = 64;  // route entries a receive team holds at once (shared memory)
-// The copy goes by warp items: a warp copies part `part` of row s, kRecvPart 16-byte vectors,
-// kRecvUnroll a lane, all loaded before any is stored (one round trip). A lane's vectors are
-// lane, lane + warp size, ... of the part: one base address and immediate offsets, so 7 loads in
-// flight cost little more than the registers of their values. A team's warps take the items of
-// its region in turn: at DeepEP's shape (448 vectors a row, 2 parts) a region of up to 4 rows is
-// one round trip and one of 10 rows three. (The region's vectors numbered flat over the team, 4 a
-// thread, took 2 and 5 round trips; more than 4 a thread spilled their index arithmetic.)
-constexpr int kRecvUnroll = 7;
-constexpr int kRecvPart = kRecvUnroll * port::kWarpSize;
-constexpr int kRecvWarps = kRecvTeamThreads / port::kWarpSize;
-constexpr int kRecvScalesPerLane = 2;  // scale words a lane of a part's warp carries (below)
-
-// The message of row c0 + s of a (local expert, source) region: fast layout, the region's slots in
-// order; compact, the one its route entry names (the chunk's entries, in shared memory).
-template <bool kCompact>
-__device__ __forceinline__ const uint8_t* msg_of(const uint8_t* region, const int* route_chunk, int c0, int s,
-                                                 uint64_t M) {
-  if constexpr (kCompact) return region + static_cast<int64_t>(route_chunk[s]) * M;
-  return region + static_cast<int64_t>(c0 + s) * M;
-}
-
-// A team's rows [first, first + rows) of (local expert l, source r), to be copied out of the
-// dispatch region into recv_x with their source token, top-k slot and scales. Compact:
-// `route_chunk` holds the messages of these rows.
-struct RecvRows {
-  const uint8_t* region;
-  const int* route_chunk;
-  int l, first, rows;
-};
-// What a lane holds of one item: its payload vectors, its scale words (part p carries the row's
-// scale words p * kRecvScalesPerLane * warp size and on, kRecvScalesPerLane a lane) and, for the
-// first lane of part 0, the row's header.
-struct RecvItem {
-  uint4 val[kRecvUnroll];
-  uint32_t scale[kRecvScalesPerLane];  // FP8: the float's bits; UE8M0: kUe8m0Pack exponent bytes
-  int2 head;                           // source token, top-k slot
-};
-
-__device__ __forceinline__ int recv_scale_words(const DispatchArgs& a) {
-  const int G = static_cast<int>(a.c.g.H) / kScaleGroup;
-  return a.fmt == Format::kFP8 ? G : a.fmt == Format::kFP8UE8M0 ? G / kUe8m0Pack : 0;
-}
-__device__ __forceinline__ int recv_nvec(const DispatchArgs& a) {
-  return static_cast<int>(a.fmt == Format::kBF16 ? 2 * a.c.g.H : a.c.g.H) / 16;
-}
-// A part's vectors span at most as many scale groups (FP8: 16 values a vector) as its lanes carry
-// words, so the parts of a row carry all of the row's scale words.
-static_assert(kRecvUnroll * 16 <= kScaleGroup * kRecvScalesPerLane, "every scale word of a row has a part");
-
-// Item `item` of the rows (row item / parts, part item % parts): its loads into `it`. Returns the
-// row, or -1 when the rows have no such item.
-template <bool kCompact>
-__device__ __forceinline__ int recv_load(const DispatchArgs& a, const RecvRows& q, int parts, int item, int lane,
-                                         RecvItem& it) {
-  if (item >= q.rows * parts) return -1;
-  const Common& c = a.c;
-  const int s = item / parts, part = item - s * parts;
-  const uint8_t* msg = msg_of<kCompact>(q.region, q.route_chunk, q.first, s, c.g.msg_bytes());
-  const int left = recv_nvec(a) - part * kRecvPart - lane;  // this lane's vectors: those below left
-  // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
-  const uint4* src = reinterpret_cast<const uint4*>(msg + kHeaderBytes) + part * kRecvPart + lane;
-#pragma unroll
-  for (int u = 0; u < kRecvUnroll; ++u)
-    if (u * port::kWarpSize < left) it.val[u] = dev::ld_recv(src + u * port::kWarpSize, c.host_mem);
-  if (part == 0 && lane == 0) it.head = dev::ld_recv(reinterpret_cast<const int2*>(msg), c.host_mem);
-  const int W = recv_scale_words(a);
-  const uint8_t* sp = msg + c.g.fp8_scale_offset();
-#pragma unroll
-  for (int k = 0; k < kRecvScalesPerLane; ++k) {
-    const int gi = (part * kRecvScalesPerLane + k) * port::kWarpSize + lane;
-    if (gi >= W) continue;
-    if (a.fmt == Format::kFP8) {
-      it.scale[k] = dev::ld_recv(reinterpret_cast<const uint32_t*>(sp) + gi, c.host_mem);
-    } else {
-      // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first
-      // (packed here, not at the store: one register held instead of four; a rare format).
-      const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(sp) + gi, c.host_mem);
-      it.scale[k] = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) | (port::ue8m0_exponent(f.z) << 16) |
-                    (port::ue8m0_exponent(f.w) << 24);
-    }
-  }
-  return s;
-}
-
-// The stores of an item loaded for row s (s >= 0); `begin`: the region's first row in the
-// expert's part of recv_x.
-__device__ __forceinline__ void recv_store(const DispatchArgs& a, const RecvRows& q, int parts, int item, int s,
-                                           int begin, int lane, const RecvItem& it) {
-  const Layout& g = a.c.g;
-  const int64_t RT = g.R * g.T;
-  const int part = item - s * parts, nvec = recv_nvec(a), x = begin + q.first + s;  // x: in the expert's part
-  const int64_t row = static_cast<int64_t>(q.l) * RT + x;
-  const int left = nvec - part * kRecvPart - lane;
-  uint4* dst = reinterpret_cast<uint4*>(a.recv_x) + row * nvec + part * kRecvPart + lane;
-#pragma unroll
-  for (int u = 0; u < kRecvUnroll; ++u)
-    if (u * port::kWarpSize < left) dev::st16(dst + u * port::kWarpSize, it.val[u]);
-  if (part == 0 && lane == 0) {
-    a.src_info[row] = it.head.x;
-    a.src_topk[row] = it.head.y;
-  }
-  const int W = recv_scale_words(a);
-#pragma unroll
-  for (int k = 0; k < kRecvScalesPerLane; ++k) {
-    const int gi = (part * kRecvScalesPerLane + k) * port::kWarpSize + lane;
-    // [L, W, R*T]: the column-major view of the scales (FP8: fp32; UE8M0: packed int32).
-    if (gi < W) static_cast<uint32_t*>(a.recv_scales)[(static_cast<int64_t>(q.l) * W + gi) * RT + x] = it.scale[k];
-  }
-}
-
-template <bool kCompact>
-__device__ void recv_phase(const DispatchArgs& a) {
-  const Common& c = a.c;
-  const Layout& g = c.g;
-  const int L = static_cast<int>(g.L()), R = static_cast<int>(g.R), T = static_cast<int>(g.T);
-  __shared__ int s_begin[kRecvTeams], s_count[kRecvTeams];
-  __shared__ int s_route[kRecvTeams][kRouteChunk];
-  const int team = static_cast<int>(threadIdx.x) / kRecvTeamThreads;
-  const int tt = static_cast<int>(threadIdx.x) % kRecvTeamThreads;
-  const int warp = tt / port::kWarpSize, lane = tt % port::kWarpSize;
-  const int team_bar = 1 + team;  // barrier 0 is __syncthreads'
-
-  // Region p goes to block p % grid, team p / grid: every block gets its share (288 regions on 132
-  // blocks: 2-3 each, taken at once). Numbering p by block first gave 72 blocks four regions and
-  // left 60 SMs idle (ncu: SM active 46% of the kernel's cycles).
-  for (int p = team * gridDim.x + blockIdx.x; p < L * R; p += gridDim.x * kRecvTeams) {
-    const int l = p / R, r = p % R;
-    int count = 0;
-    if (tt == 0) {
-      const bool direct = dev::direct_peer(c, r);
-      const uint64_t sig = g.dispatch_count_off(c.buf, l, r);
-      uint64_t waited = 0;
-      bool timed_out = false;
-      // A masked source (shrink mode) counts as 0 tokens; so does one that timed out (and is
-      // masked now) in shrink mode. Without shrink mode a timeout is an error naming the source.
-      const int v = dev::wait_signal(c, direct, sig, r, &waited, &timed_out);
-      if (v == 0) {
-        if (timed_out) dev::report(c.err, kErrDispatchRecvTimeout, c.rank, c.rank * L + l, r, 0);
-      } else {
-        count = min(v - 1, T);
-        // Reset for the call after next on this half: its sender is causally after our return.
-        dev::reset_signal(c, direct, sig);
-      }
-      if (a.wait_recv_cost_stats)
-        atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
-                  static_cast<unsigned long long>(waited));
-      s_count[team] = count;
-      timeline::mark(c.timeline, timeline::kDispatchWait);
-      if constexpr (kCompact) {
-        // The first chunk of the route list (below), read here after the acquire: independent
-        // loads, one round trip, and no team barrier of its own.
-        const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, 0));
-        for (int s = 0; s < min(count, kRouteChunk); ++s) s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
-      }
-    }
-    port::team_sync(team_bar, kRecvTeamThreads);  // the team's first thread's acquire covers the team
-    count = s_count[team];
-    // Fast: rows s of (l, r) are the region's slots in order, one chunk. Compact: row s is message
-    // route[s] of source r's region (written before the count we acquired), the list read into
-    // shared memory a chunk at a time: one load per row, not one per 16-byte vector before each
-    // data load.
-    const uint8_t* region =
-        c.local + (kCompact ? g.dispatch_msg_off(c.buf, r, 0) : g.dispatch_slot_off(c.buf, l, r, 0));
-    const int chunk = kCompact ? kRouteChunk : max(count, 1);
-    int begin = 0;
-    for (int c0 = 0; c0 == 0 || c0 < count; c0 += chunk) {
-      if (c0 > 0) {                                   // chunk 0 was read by the team's first thread
-        port::team_sync(team_bar, kRecvTeamThreads);  // the previous chunk's entries are used
-        const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, c0));
-        for (int s = tt; s < min(chunk, count - c0); s += kRecvTeamThreads)
-          s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
-        port::team_sync(team_bar, kRecvTeamThreads);
-      }
-      const RecvRows q{region, s_route[team], l, c0, min(chunk, count - c0)};
-      const int parts = (recv_nvec(a) + kRecvPart - 1) / kRecvPart;
-      const int batches = max(1, (q.rows * parts + kRecvWarps - 1) / kRecvWarps);  // batch 0 also reserves
-      for (int j = 0; j < batches; ++j) {
-        RecvItem it;
-        const int item = j * kRecvWarps + warp;
-        const int s = recv_load<kCompact>(a, q, parts, item, lane, it);
-        if (c0 == 0 && j == 0) {
-          // The reservation goes out after batch 0's loads: its atomic and the loads take one
-          // round trip together, and only the stores need `begin`. (Sent before the loads, it
-          // measured slower: hook receive 10.13 / 10.15 us against 9.88 / 9.90.)
-          if (tt == 0) {
-            // One add counts the rows and the arrival (Workspace::recv_arrivals): the adds to one
-            // word are totally ordered, so the one that finds R - 1 arrivals is last and the rows
-            // before it plus its own are the expert's total.
-            const unsigned long long old =
-                atomicAdd(&c.ws.recv_arrivals[l], (1ull << 32) | static_cast<unsigned>(count));
-            const int first = static_cast<int>(static_cast<uint32_t>(old));  // bits 0..31: rows before
-            if (static_cast<int>(old >> 32) == R - 1) {
-              a.recv_count[l] = first + count;
-              if (a.cumulative_recv_stats) a.cumulative_recv_stats[l] += first + count;
-              // Every source of l has added: the next adds are the next call's, after this kernel.
-              c.ws.recv_arrivals[l] = 0ull;
-            }
-            if (p == 0 && a.handle_half) *a.handle_half = c.buf;
-            a.layout_range[static_cast<int64_t>(l) * R + r] = (static_cast<int64_t>(first) << 32) | count;
-            s_begin[team] = first;
-          }
-          port::team_sync(team_bar, kRecvTeamThreads);  // s_begin
-          begin = s_begin[team];
-          if (tt == 0) timeline::mark(c.timeline, timeline::kDispatchReserve);
-        }
-        if (s >= 0) recv_store(a, q, parts, item, s, begin, lane, it);
-      }
-    }
-    port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count/s_route reuse
-  }
-}
-
 template <bool kCompact>
 __global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const ANYEP_GRID_CONSTANT DispatchArgs a) {
   if (threadIdx.x == 0) timeline::mark(a.c.timeline, timeline::kDispatchStart);
   if (a.c.phases & kPhaseSend) send_phase<kCompact>(a);
-  if (a.c.phases & kPhaseRecv) recv_phase<kCompact>(a);
+  if (a.c.phases & kPhaseRecv) recv_phase<kCompact, kRecvTeams>(a);
   timeline::mark_warp(a.c.timeline, timeline::kDispatchEnd);
 }
 
@@ -497,6 +277,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const ANYEP_
 
 cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream) {
   return timeline::launch_timed("dispatch", a, stream, [stream](const DispatchArgs& t) {
+    // The receive half alone (the staged hook) has a kernel of its own (ll_dispatch_recv.cu).
+    if (t.c.phases == kPhaseRecv) return launch_dispatch_recv(t, stream);
     // One instantiation per dispatch layout (ll_layout.h): the fast one pays nothing for the other.
     if (t.c.g.compact)
       dispatch_kernel<true><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);

@@ -142,6 +142,7 @@ cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream);
 cudaError_t launch_barrier(const Common& c, cudaStream_t stream);
 // Each loads its file's kernels now (kernels/preload.h says why).
 cudaError_t preload_dispatch();
+cudaError_t preload_dispatch_recv();
 cudaError_t preload_combine();
 cudaError_t preload_combine_compact();
 cudaError_t preload_barrier();

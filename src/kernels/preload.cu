@@ -16,9 +16,9 @@ cudaError_t preload_kernels() {
   static std::set<int> loaded;
   std::lock_guard<std::mutex> lock(mu);
   if (loaded.count(device)) return cudaSuccess;
-  for (auto preload :
-       {ll::preload_dispatch, ll::preload_combine, ll::preload_combine_compact, ll::preload_barrier, ht::preload_layout,
-        ht::preload_notify, ht::preload_dispatch, ht::preload_combine, ht::preload_net, ht::preload_internode})
+  for (auto preload : {ll::preload_dispatch, ll::preload_dispatch_recv, ll::preload_combine,
+                       ll::preload_combine_compact, ll::preload_barrier, ht::preload_layout, ht::preload_notify,
+                       ht::preload_dispatch, ht::preload_combine, ht::preload_net, ht::preload_internode})
     if (const cudaError_t e = preload(); e != cudaSuccess) return e;
   loaded.insert(device);
   return cudaSuccess;

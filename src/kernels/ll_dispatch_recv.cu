@@ -1,0 +1,32 @@
+// anyep/src/kernels/ll_dispatch_recv.cu — the receive-only dispatch kernel, launched for the
+// staged hook (phases == kPhaseRecv); the code is in ll_dispatch_recv.cuh.
+// It has a unit of its own so that it can carry the fused kernel's name, dispatch_kernel<compact>
+// in an unnamed namespace: profilers, and DeepEP's harness (one kineto row per kernel name, its
+// events split by launch order into send and receive), see one dispatch kernel launched for each
+// phase, as DeepEP's is.
+#include "kernels/kernel_loading.cuh"
+#include "kernels/ll_dispatch_recv.cuh"
+
+namespace anyep::ll {
+namespace {
+
+template <bool kCompact>
+__global__ void __launch_bounds__(kRecvOnlyThreads, 1) dispatch_kernel(const ANYEP_GRID_CONSTANT DispatchArgs a) {
+  if (threadIdx.x == 0) timeline::mark(a.c.timeline, timeline::kDispatchStart);
+  recv_phase<kCompact, kRecvOnlyTeams>(a);
+  timeline::mark_warp(a.c.timeline, timeline::kDispatchEnd);
+}
+
+}  // namespace
+
+cudaError_t launch_dispatch_recv(const DispatchArgs& a, cudaStream_t stream) {
+  if (a.c.g.compact)
+    dispatch_kernel<true><<<a.c.num_blocks, kRecvOnlyThreads, 0, stream>>>(a);
+  else
+    dispatch_kernel<false><<<a.c.num_blocks, kRecvOnlyThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t preload_dispatch_recv() { return load_functions(dispatch_kernel<true>, dispatch_kernel<false>); }
+
+}  // namespace anyep::ll
