@@ -62,7 +62,8 @@ if [[ $RUNS == *" pressure "* ]]; then
   want=${DEEPEP_PRESSURE_SEEDS:-3}
   if grep -qE "Error|Traceback|AssertionError" "$OUT/ll_pressure.log" || { [ "$rc" != 124 ] && [ "$rc" != 0 ]; }; then
     failed=1
-    rows+=("ll_pressure: FAILED ($seeds seeds finished, rc $rc; last error line: $(grep -E "Error|assert" "$OUT/ll_pressure.log" | grep -v "^Traceback" | tail -1 | cut -c1-160))")
+    err=$(grep -E "Error|assert" "$OUT/ll_pressure.log" | grep -v "^Traceback" | tail -1 | cut -c1-160)
+    rows+=("ll_pressure: FAILED ($seeds seeds finished, rc $rc; last error line: ${err:-none printed})")
   elif [ "$seeds" -lt "$want" ]; then
     # No error, but the timeout came first: say how long a seed took here, so the next run's limit fits.
     failed=1

@@ -24,7 +24,7 @@ namespace {
 constexpr int kRecvTeams = port::kTeamBarriers ? 4 : 1;
 constexpr int kRecvTeamThreads = kBlockThreads / kRecvTeams;
 static_assert(kRecvTeamThreads % port::kWarpSize == 0, "a receive team is whole warps");
-// The receive-only kernel: 3 teams (768 threads) cover 396 regions on 132 SMs, and the register
+// The receive-only kernel: 3 teams (768 threads) give 396 team slots on 132 SMs, and the register
 // cap of 768-thread blocks (80) holds the copy without spills; the fused kernel's 1024 threads
 // cap it at 64 (92 B of spills), and a fourth team had no region at DeepEP's shape. Hook receive
 // 9.83 / 9.84 -> 8.83 / 8.73 us (1 rank, H200, same lease; 4 teams in a kernel of its own: 9.14).
