@@ -155,33 +155,35 @@ __device__ __noinline__ void send_rows_logfmt(const CombineArgs& a, int l, int r
 
 // The 8 values of 16-byte vector v (values 8v..8v+7) of the row at `row` (a combine slot), as
 // floats: a BF16 row holds them at [16 + 16v, ...); a LogFMT row (`mask`: its header, as read)
-// holds group v / 16 encoded or as BF16.
-template <bool kLogfmt>
-__device__ __forceinline__ void row_values(const Layout& g, const uint8_t* row, const uint32_t* mask, bool host_mem,
-                                           int v, float out[8]) {
+// holds group v / 16 encoded or as BF16. kHostMem: Common::host_mem (ld_recv<kHostMem>).
+template <bool kLogfmt, bool kHostMem>
+__device__ __forceinline__ void row_values(const Layout& g, const uint8_t* row, const uint32_t* mask, int v,
+                                           float out[8]) {
   const uint4* raw = reinterpret_cast<const uint4*>(row + kHeaderBytes) + v;
   if constexpr (kLogfmt) {
     const int grp = v / kTeam, q = v % kTeam;
     const int before = logfmt_before(mask, grp);
     const uint8_t* gp = row + Layout::logfmt_group_off(grp, before);
     if ((mask[grp / kMaskWordBits] >> (grp % kMaskWordBits)) & 1u) {
-      const uint32_t meta = dev::ld_recv(
-          reinterpret_cast<const unsigned int*>(row + g.logfmt_meta_off(logfmt_total(mask), before)), host_mem);
-      const uint2 low = dev::ld_recv(reinterpret_cast<const uint2*>(gp) + q, host_mem);
+      const uint32_t meta = dev::ld_recv<kHostMem>(
+          reinterpret_cast<const unsigned int*>(row + g.logfmt_meta_off(logfmt_total(mask), before)));
+      const uint2 low = dev::ld_recv<kHostMem>(reinterpret_cast<const uint2*>(gp) + q);
       const uint32_t plane =
-          dev::ld_recv(reinterpret_cast<const unsigned short*>(gp + logfmt::kLowBytes) + q, host_mem);
+          dev::ld_recv<kHostMem>(reinterpret_cast<const unsigned short*>(gp + logfmt::kLowBytes) + q);
       logfmt::decode_lane(low.x, low.y, plane, logfmt::params_of_meta(meta), out);
       return;
     }
     raw = reinterpret_cast<const uint4*>(gp) + q;
   }
-  dev::bf16x8_to_float(dev::ld_recv(raw, host_mem), out);
+  dev::bf16x8_to_float(dev::ld_recv<kHostMem>(raw), out);
 }
 
 // out[t] = sum over the top-k slots j in `valid` (a bit per slot) of s_w[j] * row s_src[j], in
 // FP32 and in slot order (the same sum every time: DeepEP's pressure test compares outputs bit for
-// bit), stored as BF16 (the block's threads split the row's 16-byte vectors).
-template <bool kLogfmt>
+// bit), stored as BF16 (the block's threads split the row's 16-byte vectors). One instantiation per
+// memory of the buffer: with host_mem known only at run time, each load of the sum was compiled in
+// both forms, one predicated off (as in the dispatch receive, ll_dispatch_recv.cuh).
+template <bool kLogfmt, bool kHostMem>
 __device__ __forceinline__ void reduce_token(const Common& c, port::bf16* out, int t, uint32_t valid,
                                              const uint8_t* const* s_src, const float* s_w,
                                              const uint32_t (*s_mask)[kLogfmtMaskWords]) {
@@ -191,7 +193,7 @@ __device__ __forceinline__ void reduce_token(const Common& c, port::bf16* out, i
     for (uint32_t m = valid; m != 0; m &= m - 1) {
       const int j = port::lowest_bit64(m);
       float f[8];
-      row_values<kLogfmt>(c.g, s_src[j], s_mask[j], c.host_mem, v, f);
+      row_values<kLogfmt, kHostMem>(c.g, s_src[j], s_mask[j], v, f);
       const float w = s_w[j];
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] += w * f[i];
@@ -206,7 +208,10 @@ __device__ __forceinline__ void reduce_token(const Common& c, port::bf16* out, i
 __device__ __noinline__ void reduce_token_logfmt(const Common& c, port::bf16* out, int t, uint32_t valid,
                                                  const uint8_t* const* s_src, const float* s_w,
                                                  const uint32_t (*s_mask)[kLogfmtMaskWords]) {
-  reduce_token<true>(c, out, t, valid, s_src, s_w, s_mask);
+  if (c.host_mem)
+    reduce_token<true, true>(c, out, t, valid, s_src, s_w, s_mask);
+  else
+    reduce_token<true, false>(c, out, t, valid, s_src, s_w, s_mask);
 }
 
 // Exclusive prefix sum, over the block, of the row counts of all (local expert l, rank r) pairs,
@@ -526,7 +531,10 @@ __device__ void recv_phase(const CombineArgs& a) {
     if (a.logfmt) {
       reduce_token_logfmt(c, out, t, valid, s_src, s_w, s_mask);
     } else {
-      reduce_token<false>(c, out, t, valid, s_src, s_w, s_mask);
+      if (c.host_mem)  // a kernel argument: uniform
+        reduce_token<false, true>(c, out, t, valid, s_src, s_w, s_mask);
+      else
+        reduce_token<false, false>(c, out, t, valid, s_src, s_w, s_mask);
     }
     __syncthreads();  // s_src/s_w/s_valid reuse
   }

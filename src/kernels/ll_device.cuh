@@ -79,9 +79,19 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
 // Received data: a peer GPU (NVLink stores or copy engine) wrote it into our device memory, so an
 // L2 load (cg) sees it; in a host-staged buffer a proxy wrote it into host memory through the NIC,
 // and a cached copy of an earlier round's line may sit in L2, so fetch it again (cv).
+// With host_mem known only at run time both loads are compiled in, the one not taken predicated
+// off: a copy loop that pays that per load instantiates ld_recv<kHostMem> instead, under one
+// uniform branch on the kernel argument.
+template <bool kHostMem, typename V>
+__device__ __forceinline__ V ld_recv(const V* p) {
+  if constexpr (kHostMem)
+    return port::load_uncached(p);
+  else
+    return port::load_l2(p);
+}
 template <typename V>
 __device__ __forceinline__ V ld_recv(const V* p, bool host_mem) {
-  return host_mem ? port::load_uncached(p) : port::load_l2(p);
+  return host_mem ? ld_recv<true>(p) : ld_recv<false>(p);
 }
 
 // A count or flag stored directly on rank `peer` (release: ordered after the data it covers). The

@@ -265,11 +265,11 @@ __device__ void send_phase(const DispatchArgs& a) {
   }
 }
 
-template <bool kCompact>
+template <bool kCompact, bool kHostMem>
 __global__ void __launch_bounds__(kBlockThreads, 1) dispatch_kernel(const ANYEP_GRID_CONSTANT DispatchArgs a) {
   if (threadIdx.x == 0) timeline::mark(a.c.timeline, timeline::kDispatchStart);
   if (a.c.phases & kPhaseSend) send_phase<kCompact>(a);
-  if (a.c.phases & kPhaseRecv) recv_phase<kCompact, kRecvTeams>(a);
+  if (a.c.phases & kPhaseRecv) recv_phase<kCompact, kRecvTeams, kHostMem>(a);
   timeline::mark_warp(a.c.timeline, timeline::kDispatchEnd);
 }
 
@@ -279,15 +279,19 @@ cudaError_t launch_dispatch(const DispatchArgs& a, cudaStream_t stream) {
   return timeline::launch_timed("dispatch", a, stream, [stream](const DispatchArgs& t) {
     // The receive half alone (the staged hook) has a kernel of its own (ll_dispatch_recv.cu).
     if (t.c.phases == kPhaseRecv) return launch_dispatch_recv(t, stream);
-    // One instantiation per dispatch layout (ll_layout.h): the fast one pays nothing for the other.
-    if (t.c.g.compact)
-      dispatch_kernel<true><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
-    else
-      dispatch_kernel<false><<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
-    return cudaGetLastError();
+    // One instantiation per dispatch layout (ll_layout.h) and buffer memory: the fast one pays
+    // nothing for the other.
+    return launch_dispatch_instance(t, [&](auto compact, auto host_mem) {
+      dispatch_kernel<decltype(compact)::value, decltype(host_mem)::value>
+          <<<t.c.num_blocks, kBlockThreads, 0, stream>>>(t);
+      return cudaGetLastError();
+    });
   });
 }
 
-cudaError_t preload_dispatch() { return load_functions(dispatch_kernel<true>, dispatch_kernel<false>); }
+cudaError_t preload_dispatch() {
+  return load_functions(dispatch_kernel<true, false>, dispatch_kernel<true, true>, dispatch_kernel<false, false>,
+                        dispatch_kernel<false, true>);
+}
 
 }  // namespace anyep::ll

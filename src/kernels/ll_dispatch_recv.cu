@@ -10,23 +10,26 @@
 namespace anyep::ll {
 namespace {
 
-template <bool kCompact>
+template <bool kCompact, bool kHostMem>
 __global__ void __launch_bounds__(kRecvOnlyThreads, 1) dispatch_kernel(const ANYEP_GRID_CONSTANT DispatchArgs a) {
   if (threadIdx.x == 0) timeline::mark(a.c.timeline, timeline::kDispatchStart);
-  recv_phase<kCompact, kRecvOnlyTeams>(a);
+  recv_phase<kCompact, kRecvOnlyTeams, kHostMem>(a);
   timeline::mark_warp(a.c.timeline, timeline::kDispatchEnd);
 }
 
 }  // namespace
 
 cudaError_t launch_dispatch_recv(const DispatchArgs& a, cudaStream_t stream) {
-  if (a.c.g.compact)
-    dispatch_kernel<true><<<a.c.num_blocks, kRecvOnlyThreads, 0, stream>>>(a);
-  else
-    dispatch_kernel<false><<<a.c.num_blocks, kRecvOnlyThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_dispatch_instance(a, [&](auto compact, auto host_mem) {
+    dispatch_kernel<decltype(compact)::value, decltype(host_mem)::value>
+        <<<a.c.num_blocks, kRecvOnlyThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t preload_dispatch_recv() { return load_functions(dispatch_kernel<true>, dispatch_kernel<false>); }
+cudaError_t preload_dispatch_recv() {
+  return load_functions(dispatch_kernel<true, false>, dispatch_kernel<true, true>, dispatch_kernel<false, false>,
+                        dispatch_kernel<false, true>);
+}
 
 }  // namespace anyep::ll

@@ -10,6 +10,8 @@
 // Everything here is in an unnamed namespace: each unit has its own copy.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/ll_device.cuh"
 #include "kernels/ll_kernels.h"
 
@@ -81,21 +83,26 @@ __device__ __forceinline__ int recv_nvec(const DispatchArgs& a) {
 static_assert(kRecvUnroll * 16 <= kScaleGroup * kRecvScalesPerLane, "every scale word of a row has a part");
 
 // Item `item` of the rows (row item / parts, part item % parts): its loads into `it`. Returns the
-// row, or -1 when the rows have no such item.
-template <bool kCompact>
+// row, or -1 when the rows have no such item. kHostMem: the buffer is host memory (Common::host_mem).
+template <bool kCompact, bool kHostMem>
 __device__ __forceinline__ int recv_load(const DispatchArgs& a, const RecvRows& q, int parts, int item, int lane,
                                          RecvItem& it) {
   if (item >= q.rows * parts) return -1;
   const Common& c = a.c;
   const int s = item / parts, part = item - s * parts;
   const uint8_t* msg = msg_of<kCompact>(q.region, q.route_chunk, q.first, s, c.g.msg_bytes());
-  const int left = recv_nvec(a) - part * kRecvPart - lane;  // this lane's vectors: those below left
+  const int in_part = recv_nvec(a) - part * kRecvPart;  // vectors from the part's first on
   // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
   const uint4* src = reinterpret_cast<const uint4*>(msg + kHeaderBytes) + part * kRecvPart + lane;
+  if (in_part >= kRecvPart) {  // a whole part (every part at DeepEP's shape): no bound per vector
 #pragma unroll
-  for (int u = 0; u < kRecvUnroll; ++u)
-    if (u * port::kWarpSize < left) it.val[u] = dev::ld_recv(src + u * port::kWarpSize, c.host_mem);
-  if (part == 0 && lane == 0) it.head = dev::ld_recv(reinterpret_cast<const int2*>(msg), c.host_mem);
+    for (int u = 0; u < kRecvUnroll; ++u) it.val[u] = dev::ld_recv<kHostMem>(src + u * port::kWarpSize);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kRecvUnroll; ++u)
+      if (u * port::kWarpSize < in_part - lane) it.val[u] = dev::ld_recv<kHostMem>(src + u * port::kWarpSize);
+  }
+  if (part == 0 && lane == 0) it.head = dev::ld_recv<kHostMem>(reinterpret_cast<const int2*>(msg));
   const int W = recv_scale_words(a);
   const uint8_t* sp = msg + c.g.fp8_scale_offset();
 #pragma unroll
@@ -103,11 +110,11 @@ __device__ __forceinline__ int recv_load(const DispatchArgs& a, const RecvRows& 
     const int gi = (part * kRecvScalesPerLane + k) * port::kWarpSize + lane;
     if (gi >= W) continue;
     if (a.fmt == Format::kFP8) {
-      it.scale[k] = dev::ld_recv(reinterpret_cast<const uint32_t*>(sp) + gi, c.host_mem);
+      it.scale[k] = dev::ld_recv<kHostMem>(reinterpret_cast<const uint32_t*>(sp) + gi);
     } else {
       // UE8M0: the biased exponent byte of each (power-of-two) scale, 4 per int32, low byte first
       // (packed here, not at the store: one register held instead of four; a rare format).
-      const float4 f = dev::ld_recv(reinterpret_cast<const float4*>(sp) + gi, c.host_mem);
+      const float4 f = dev::ld_recv<kHostMem>(reinterpret_cast<const float4*>(sp) + gi);
       it.scale[k] = port::ue8m0_exponent(f.x) | (port::ue8m0_exponent(f.y) << 8) | (port::ue8m0_exponent(f.z) << 16) |
                     (port::ue8m0_exponent(f.w) << 24);
     }
@@ -123,11 +130,16 @@ __device__ __forceinline__ void recv_store(const DispatchArgs& a, const RecvRows
   const int64_t RT = g.R * g.T;
   const int part = item - s * parts, nvec = recv_nvec(a), x = begin + q.first + s;  // x: in the expert's part
   const int64_t row = static_cast<int64_t>(q.l) * RT + x;
-  const int left = nvec - part * kRecvPart - lane;
+  const int in_part = nvec - part * kRecvPart;
   uint4* dst = reinterpret_cast<uint4*>(a.recv_x) + row * nvec + part * kRecvPart + lane;
+  if (in_part >= kRecvPart) {  // as recv_load
 #pragma unroll
-  for (int u = 0; u < kRecvUnroll; ++u)
-    if (u * port::kWarpSize < left) dev::st16(dst + u * port::kWarpSize, it.val[u]);
+    for (int u = 0; u < kRecvUnroll; ++u) dev::st16(dst + u * port::kWarpSize, it.val[u]);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kRecvUnroll; ++u)
+      if (u * port::kWarpSize < in_part - lane) dev::st16(dst + u * port::kWarpSize, it.val[u]);
+  }
   if (part == 0 && lane == 0) {
     a.src_info[row] = it.head.x;
     a.src_topk[row] = it.head.y;
@@ -141,7 +153,7 @@ __device__ __forceinline__ void recv_store(const DispatchArgs& a, const RecvRows
   }
 }
 
-template <bool kCompact, int kTeams>
+template <bool kCompact, int kTeams, bool kHostMem>
 __device__ void recv_phase(const DispatchArgs& a) {
   const Common& c = a.c;
   const Layout& g = c.g;
@@ -183,7 +195,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
         // The first chunk of the route list (below), read here after the acquire: independent
         // loads, one round trip, and no team barrier of its own.
         const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, 0));
-        for (int s = 0; s < min(count, kRouteChunk); ++s) s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
+        for (int s = 0; s < min(count, kRouteChunk); ++s) s_route[team][s] = dev::ld_recv<kHostMem>(route + s);
       }
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // the team's first thread's acquire covers the team
@@ -201,7 +213,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
         port::team_sync(team_bar, kRecvTeamThreads);  // the previous chunk's entries are used
         const int32_t* route = reinterpret_cast<const int32_t*>(c.local + g.route_off(c.buf, l, r, c0));
         for (int s = tt; s < min(chunk, count - c0); s += kRecvTeamThreads)
-          s_route[team][s] = dev::ld_recv(route + s, c.host_mem);
+          s_route[team][s] = dev::ld_recv<kHostMem>(route + s);
         port::team_sync(team_bar, kRecvTeamThreads);
       }
       const RecvRows q{region, s_route[team], l, c0, min(chunk, count - c0)};
@@ -210,7 +222,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
       for (int j = 0; j < batches; ++j) {
         RecvItem it;
         const int item = j * kRecvWarps + warp;
-        const int s = recv_load<kCompact>(a, q, parts, item, lane, it);
+        const int s = recv_load<kCompact, kHostMem>(a, q, parts, item, lane, it);
         if (c0 == 0 && j == 0) {
           // The reservation goes out after batch 0's loads: its atomic and the loads take one
           // round trip together, and only the stores need `begin`. (Sent before the loads, it
@@ -241,6 +253,19 @@ __device__ void recv_phase(const DispatchArgs& a) {
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count/s_route reuse
   }
+}
+
+// The dispatch kernels come in one instantiation per layout (Layout::compact) and per memory of the
+// buffer (Common::host_mem): the receive's loads then take one form each (ld_recv<kHostMem>). With
+// host_mem known only at run time every load was compiled in both forms, one predicated off (ncu,
+// 1 rank: the receive-only kernel issued 1.8x the instructions of DeepEP's). launch(compact,
+// host_mem) gets the two as std::bool_constant.
+template <class Launch>
+cudaError_t launch_dispatch_instance(const DispatchArgs& a, Launch launch) {
+  using T = std::true_type;
+  using F = std::false_type;
+  if (a.c.g.compact) return a.c.host_mem ? launch(T{}, T{}) : launch(T{}, F{});
+  return a.c.host_mem ? launch(F{}, T{}) : launch(F{}, F{});
 }
 
 }  // namespace
