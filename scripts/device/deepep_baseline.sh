@@ -31,10 +31,10 @@ if ! ls "$DBUILD"/deep_ep_cpp*.so > /dev/null 2>&1; then
   # compiler of deep_ep.cpp does not; NVSHMEM's headers include it.
   cccl=${CUDA_HOME:-/usr/local/cuda}/include/cccl
   [ -d "$cccl" ] || cccl=""
-  (cd "$DBUILD" && run deepep_build "${DEEPEP_BUILD_S:-540}" env MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 \
-    ${cccl:+CPATH="$cccl${CPATH:+:$CPATH}"} "$PY" setup.py build_ext --inplace) || failed=1
-  # run() appended to rows inside the subshell; say it here.
-  rows+=("deepep_build           $(ls "$DBUILD"/deep_ep_cpp*.so > /dev/null 2>&1 && echo built || echo 'FAILED (see deepep_build.log)')")
+  cd "$DBUILD"
+  run deepep_build "${DEEPEP_BUILD_S:-540}" env MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 \
+    ${cccl:+CPATH="$cccl${CPATH:+:$CPATH}"} "$PY" setup.py build_ext --inplace || failed=1
+  cd "$ROOT"
 fi
 build_anyep 300
 
@@ -50,8 +50,11 @@ for i in $(seq 1 "${DEEPEP_ROUNDS:-3}"); do
   order="deepep anyep"; [ $((i % 2)) = 0 ] && order="anyep deepep"
   for impl in $order; do
     extra=(); [ "$impl" = deepep ] && extra=(${DEEPEP_ENV:-})
-    (cd "$TESTS" && run "ll_${impl}_$i" "${DEEPEP_LL_S:-150}" env "${extra[@]}" PYTHONPATH="${PATHS[$impl]}" \
-      "$PY" test_low_latency.py --num-processes "$NPROC"; echo "rc=$?" >> "$OUT/ll_${impl}_$i.log")
+    cd "$TESTS"
+    run "ll_${impl}_$i" "${DEEPEP_LL_S:-150}" env "${extra[@]}" PYTHONPATH="${PATHS[$impl]}" \
+      "$PY" test_low_latency.py --num-processes "$NPROC"
+    echo "rc=$?" >> "$OUT/ll_${impl}_$i.log"  # the table below reads it
+    cd "$ROOT"
   done
 done
 if [ "${DEEPEP_HOST_BENCH:-1}" = 1 ]; then

@@ -205,13 +205,20 @@ __device__ __forceinline__ void reduce_token(const Common& c, port::bf16* out, i
     dev::st16(out + static_cast<int64_t>(t) * H + v * 8, o);
   }
 }
+// reduce_token for the buffer's memory: one uniform branch on the kernel argument.
+template <bool kLogfmt>
+__device__ __forceinline__ void reduce_token_in(const Common& c, port::bf16* out, int t, uint32_t valid,
+                                                const uint8_t* const* s_src, const float* s_w,
+                                                const uint32_t (*s_mask)[kLogfmtMaskWords]) {
+  if (c.host_mem)
+    reduce_token<kLogfmt, true>(c, out, t, valid, s_src, s_w, s_mask);
+  else
+    reduce_token<kLogfmt, false>(c, out, t, valid, s_src, s_w, s_mask);
+}
 __device__ __noinline__ void reduce_token_logfmt(const Common& c, port::bf16* out, int t, uint32_t valid,
                                                  const uint8_t* const* s_src, const float* s_w,
                                                  const uint32_t (*s_mask)[kLogfmtMaskWords]) {
-  if (c.host_mem)
-    reduce_token<true, true>(c, out, t, valid, s_src, s_w, s_mask);
-  else
-    reduce_token<true, false>(c, out, t, valid, s_src, s_w, s_mask);
+  reduce_token_in<true>(c, out, t, valid, s_src, s_w, s_mask);
 }
 
 // Exclusive prefix sum, over the block, of the row counts of all (local expert l, rank r) pairs,
@@ -531,10 +538,7 @@ __device__ void recv_phase(const CombineArgs& a) {
     if (a.logfmt) {
       reduce_token_logfmt(c, out, t, valid, s_src, s_w, s_mask);
     } else {
-      if (c.host_mem)  // a kernel argument: uniform
-        reduce_token<false, true>(c, out, t, valid, s_src, s_w, s_mask);
-      else
-        reduce_token<false, false>(c, out, t, valid, s_src, s_w, s_mask);
+      reduce_token_in<false>(c, out, t, valid, s_src, s_w, s_mask);
     }
     __syncthreads();  // s_src/s_w/s_valid reuse
   }
