@@ -5,13 +5,14 @@
 # pytest -k expression; default: the one-GPU worlds -- 2 and 4 processes sharing GPU 0, over direct
 # stores, proxy over cuda-ipc and proxy over libfabric shm, the proxy ones also under chaos, and
 # the killed-rank worlds (rank 1 gets SIGKILL between calls; LL_WORLDS=killed runs only those) --
-# and, when two GPUs are visible, the 2-GPU worlds too) with the checks in LL_CHECKS (empty: all), and,
+# and, when two GPUs are visible, the 2-GPU worlds too, and with four the 4-GPU ones) with the checks in LL_CHECKS (empty: all), and,
 # on two GPUs, the benchmark at the DeepEP shape for the paths in LL_BENCH_PATHS with the NCCL
 # baseline. Every step runs under `timeout`; logs in $OUT; a table last. Exits 1 when a step failed,
 # timed out or was skipped for lack of budget.
 #
 # Device call (kind nvidia-h100-x1 or nvidia-h200; nvidia-h200-x2 adds the 2-GPU worlds and the
-# benchmark; carry [".deps"]), from the repository root:
+# benchmark, nvidia-h200-x4 the 4-GPU worlds (LL_WORLDS=4gpu: only those); carry [".deps"]), from
+# the repository root:
 #   bash scripts/device/ll.sh            (timeout_s ~ LL_BUDGET_S + 30)
 set -u
 cd "$(dirname "$0")/../.."          # the LL worktree root (.carry/ll on the device)

@@ -185,6 +185,10 @@ __device__ void recv_phase(const DispatchArgs& a) {
         count = min(v - 1, T);
         // Reset for the call after next on this half: its sender is causally after our return.
         dev::reset_signal(c, direct, sig);
+        // The caller's received-rows statistics, per source: an add whose result nobody reads (a
+        // reduction) holds no one up. (The expert's last source loading, adding and storing the
+        // total cost its team a round trip before the stores: see docs/ll.md.)
+        if (a.cumulative_recv_stats) atomicAdd(a.cumulative_recv_stats + l, count);
       }
       if (a.wait_recv_cost_stats)
         atomicAdd(reinterpret_cast<unsigned long long*>(a.wait_recv_cost_stats + r),
@@ -236,7 +240,6 @@ __device__ void recv_phase(const DispatchArgs& a) {
             const int first = static_cast<int>(static_cast<uint32_t>(old));  // bits 0..31: rows before
             if (static_cast<int>(old >> 32) == R - 1) {
               a.recv_count[l] = first + count;
-              if (a.cumulative_recv_stats) a.cumulative_recv_stats[l] += first + count;
               // Every source of l has added: the next adds are the next call's, after this kernel.
               c.ws.recv_arrivals[l] = 0ull;
             }

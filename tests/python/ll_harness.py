@@ -233,9 +233,10 @@ class Ctx:
         inputs = self.all_inputs(seed, n_of, H, K, E, exclude=exclude, x_scale=x_scale)
         x, idx, w = inputs[me]
         poison_like((L, world * T, H), torch.bfloat16 if mode == "bf16" else torch.float8_e4m3fn)
+        stats = torch.full((L,), 7, dtype=torch.int32, device="cuda")  # the call adds to what is there
         recv, cnt, handle, ev, hk = buf.low_latency_dispatch(
             x, idx, T, E, use_fp8=(mode != "bf16"), round_scale=(mode == "ue8m0"), use_ue8m0=(mode == "ue8m0"),
-            async_finish=async_finish, return_recv_hook=hook)
+            async_finish=async_finish, return_recv_hook=hook, cumulative_local_expert_recv_stats=stats)
         if hook:
             assert hk is not None
             hk()
@@ -245,6 +246,8 @@ class Ctx:
             ev.current_stream_wait()
         wait_gpu()
         check_dispatch(me, world, L, T, inputs, recv, cnt, handle, mode, masked)
+        assert torch.equal(stats, cnt.to(torch.int32) + 7), \
+            f"cumulative_local_expert_recv_stats {stats.tolist()} != 7 + the received counts {cnt.tolist()}"
         if not check_comb:
             return
         scale = expert_scale(E)

@@ -72,6 +72,10 @@ WORLDS = {
     "2proc_2gpu_proxy_cudaipc": (2, 2, PROXY_CUDAIPC),
     "2proc_2gpu_proxy_shm": (2, 2, PROXY_SHM),
     "4proc_2gpu": (4, 2, DIRECT),
+    # One rank per GPU on a 4-GPU machine: every peer of a rank is another GPU (NVLink).
+    "4proc_4gpu": (4, 4, DIRECT),
+    "4proc_4gpu_proxy_cudaipc": (4, 4, PROXY_CUDAIPC),
+    "4proc_4gpu_proxy_shm": (4, 4, PROXY_SHM),
     # One GPU shared by every rank: direct stores go through CUDA IPC between processes of the same
     # device. Chaos only changes the proxy paths (direct stores create no transport), so the
     # direct-store worlds have no chaos variant.
