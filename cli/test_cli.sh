@@ -3,7 +3,8 @@
 #   bash cli/test_cli.sh <anyep> <anyep_main>
 # Every subcommand answers --help; bad command lines exit 2 naming the problem; `info` and
 # `bench proxy|transport --json` work without a GPU and print valid JSON with the results;
-# `bench ll` without 2 GPUs and `bench ht` without a GPU exit 77; --plot needs matplotlib (a PNG where it exists).
+# `bench ll` and `bench ht` without a GPU exit 77, as does `bench ll --ranks` beyond the GPUs; --plot
+# needs matplotlib (a PNG where it exists).
 set -u
 ANYEP=$1
 MAIN=$2
@@ -78,11 +79,13 @@ check "bench transport --json (shm)" 0 "\"bench\": \"transport\"" "$ANYEP" bench
 json_check "transport JSON: 4 sizes measured" \
   "len(d['results']['shm']) == 4 and all(p['GBps'] > 0 and p['latency_p50_us'] > 0 for p in d['results']['shm'])"
 
-if [ "$gpus" -lt 2 ]; then
-  check "bench ll without 2 GPUs" 77 "needs 2 GPUs" "$ANYEP" bench ll
+if [ "$gpus" -lt 1 ]; then
+  check "bench ll without a GPU" 77 "needs 1 GPU, 0 visible" "$ANYEP" bench ll
 else
-  echo "skipped: bench ll's refusal (this machine has $gpus GPUs; scripts/device runs the benchmark)"
+  echo "skipped: bench ll's refusal without a GPU (this machine has $gpus GPUs; scripts/device runs the benchmark)"
 fi
+check "bench ll --ranks beyond the GPUs" 77 "needs 64 GPUs, $gpus visible" "$ANYEP" bench ll --ranks 64
+check "bench ll --ranks 0" 2 "--ranks" "$ANYEP" bench ll --ranks 0
 if [ "$gpus" -lt 1 ]; then
   check "bench ht without a GPU" 77 "needs 1 GPU, 0 visible" "$ANYEP" bench ht
 else

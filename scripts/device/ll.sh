@@ -5,12 +5,12 @@
 # pytest -k expression; default: the one-GPU worlds -- 2 and 4 processes sharing GPU 0, over direct
 # stores, proxy over cuda-ipc and proxy over libfabric shm, the proxy ones also under chaos, and
 # the killed-rank worlds (rank 1 gets SIGKILL between calls; LL_WORLDS=killed runs only those) --
-# and, when two GPUs are visible, the 2-GPU worlds too, and with four the 4-GPU ones) with the checks in LL_CHECKS (empty: all), and,
-# on two GPUs, the benchmark at the DeepEP shape for the paths in LL_BENCH_PATHS with the NCCL
-# baseline. Every step runs under `timeout`; logs in $OUT; a table last. Exits 1 when a step failed,
+# and, when two GPUs are visible, the 2-GPU worlds too, and with four the 4-GPU ones) with the
+# checks in LL_CHECKS (empty: all), and the benchmark at the DeepEP shape, a rank per GPU, for the
+# paths in LL_BENCH_PATHS with the NCCL baseline. Every step runs under `timeout`; logs in $OUT; a table last. Exits 1 when a step failed,
 # timed out or was skipped for lack of budget.
 #
-# Device call (kind nvidia-h100-x1 or nvidia-h200; nvidia-h200-x2 adds the 2-GPU worlds and the
+# Device call (kind nvidia-h100-x1 or nvidia-h200; nvidia-h200-x2 adds the 2-GPU worlds and the proxy
 # benchmark, nvidia-h200-x4 the 4-GPU worlds (LL_WORLDS=4gpu: only those); carry [".deps"]), from
 # the repository root:
 #   bash scripts/device/ll.sh            (timeout_s ~ LL_BUDGET_S + 30)
@@ -136,12 +136,14 @@ else
   step pytest2 "${LL_PYTEST_S:-360}" env ANYEP_TEST_LL_CHECKS=$CHECKS ANYEP_TEST_WORLD_TIMEOUT_S=${LL_WORLD_S:-150} \
     ANYEP_TEST_STACKS_AFTER_S=${LL_STACKS_S:-120} ANYEP_LL_TRACE=${LL_TRACE:-0} \
     "$PY" -m pytest -s -q -rs tests/python/test_ll.py -k "${LL_WORLDS:-$DEFAULT_WORLDS}" --junitxml="$OUT/pytest2.xml"
-  if [ "${NGPUS:-0}" -ge 2 ]; then
+  # A rank per visible GPU (bench_ll.py's default); one rank has no peer for the proxy paths.
+  if [ "${NGPUS:-0}" -ge 1 ]; then
+    paths=auto
+    [ "${NGPUS:-0}" -ge 2 ] && paths=auto,proxy-libfabric,proxy-cuda-ipc
     step bench "${LL_BENCH_S:-120}" env ANYEP_BENCH_TIMEOUT_S=$(( ${LL_BENCH_S:-120} - 5 )) "$PY" bench/ll/bench_ll.py \
-      --iters "${LL_BENCH_ITERS:-200}" --warmup 20 --paths "${LL_BENCH_PATHS:-auto,proxy-libfabric,proxy-cuda-ipc}" \
-      --json "$OUT/bench.json"
+      --iters "${LL_BENCH_ITERS:-200}" --warmup 20 --paths "${LL_BENCH_PATHS:-$paths}" --json "$OUT/bench.json"
   else
-    skip bench "needs 2 GPUs, ${NGPUS:-0} visible"
+    skip bench "needs a GPU, none visible"
   fi
 fi
 
