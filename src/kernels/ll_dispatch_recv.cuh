@@ -82,14 +82,30 @@ __device__ __forceinline__ int recv_nvec(const DispatchArgs& a) {
 // words, so the parts of a row carry all of the row's scale words.
 static_assert(kRecvUnroll * 16 <= kScaleGroup * kRecvScalesPerLane, "every scale word of a row has a part");
 
-// Item `item` of the rows (row item / parts, part item % parts): its loads into `it`. Returns the
-// row, or -1 when the rows have no such item. kHostMem: the buffer is host memory (Common::host_mem).
+// A warp's item (row s, part `part`) of the rows: item j * kRecvWarps + warp of a chunk is row
+// item / parts, part item % parts, walked here batch by batch by subtraction: `parts` is known only
+// at run time, and a division by it (some 20 dependent instructions) sat between a region's count
+// and its first loads.
+struct RecvWalk {
+  int s, part;
+  __device__ __forceinline__ RecvWalk(int warp, int parts) : s(0), part(warp) { carry(parts); }
+  __device__ __forceinline__ void next(int parts) {
+    part += kRecvWarps;
+    carry(parts);
+  }
+  __device__ __forceinline__ void carry(int parts) {
+    for (; part >= parts; part -= parts) ++s;
+  }
+};
+
+// The loads of item (row w.s, part w.part) into `it`; false when the rows have no such row.
+// kHostMem: the buffer is host memory (Common::host_mem).
 template <bool kCompact, bool kHostMem>
-__device__ __forceinline__ int recv_load(const DispatchArgs& a, const RecvRows& q, int parts, int item, int lane,
-                                         RecvItem& it) {
-  if (item >= q.rows * parts) return -1;
+__device__ __forceinline__ bool recv_load(const DispatchArgs& a, const RecvRows& q, RecvWalk w, int lane,
+                                          RecvItem& it) {
+  if (w.s >= q.rows) return false;
   const Common& c = a.c;
-  const int s = item / parts, part = item - s * parts;
+  const int s = w.s, part = w.part;
   const uint8_t* msg = msg_of<kCompact>(q.region, q.route_chunk, q.first, s, c.g.msg_bytes());
   const int in_part = recv_nvec(a) - part * kRecvPart;  // vectors from the part's first on
   // L2 load (cg): the data arrived from another GPU during this kernel; L1 may not see it.
@@ -119,16 +135,16 @@ __device__ __forceinline__ int recv_load(const DispatchArgs& a, const RecvRows& 
                     (port::ue8m0_exponent(f.w) << 24);
     }
   }
-  return s;
+  return true;
 }
 
-// The stores of an item loaded for row s (s >= 0); `begin`: the region's first row in the
-// expert's part of recv_x.
-__device__ __forceinline__ void recv_store(const DispatchArgs& a, const RecvRows& q, int parts, int item, int s,
-                                           int begin, int lane, const RecvItem& it) {
+// The stores of an item recv_load loaded; `begin`: the region's first row in the expert's part
+// of recv_x.
+__device__ __forceinline__ void recv_store(const DispatchArgs& a, const RecvRows& q, RecvWalk w, int begin, int lane,
+                                           const RecvItem& it) {
   const Layout& g = a.c.g;
   const int64_t RT = g.R * g.T;
-  const int part = item - s * parts, nvec = recv_nvec(a), x = begin + q.first + s;  // x: in the expert's part
+  const int s = w.s, part = w.part, nvec = recv_nvec(a), x = begin + q.first + s;  // x: in the expert's part
   const int64_t row = static_cast<int64_t>(q.l) * RT + x;
   const int in_part = nvec - part * kRecvPart;
   uint4* dst = reinterpret_cast<uint4*>(a.recv_x) + row * nvec + part * kRecvPart + lane;
@@ -157,7 +173,11 @@ template <bool kCompact, int kTeams, bool kHostMem>
 __device__ void recv_phase(const DispatchArgs& a) {
   const Common& c = a.c;
   const Layout& g = c.g;
-  const int L = static_cast<int>(g.L()), R = static_cast<int>(g.R), T = static_cast<int>(g.T);
+  // No division instruction on the way to a region's first loads: E = L x R pairs (validated), a
+  // pair's (l, r) by Common::by_ranks, its count and region by its index p, its items by RecvWalk.
+  // (Three run-time divisions sat there: E / R, p / R and item / parts.)
+  const int E = static_cast<int>(g.E), R = static_cast<int>(g.R), T = static_cast<int>(g.T);
+  const int parts = (recv_nvec(a) + kRecvPart - 1) / kRecvPart;  // of a row (a constant divisor)
   __shared__ int s_begin[kTeams], s_count[kTeams];
   __shared__ int s_route[kTeams][kRouteChunk];
   const int team = static_cast<int>(threadIdx.x) / kRecvTeamThreads;
@@ -168,19 +188,19 @@ __device__ void recv_phase(const DispatchArgs& a) {
   // Region p goes to block p % grid, team p / grid: every block gets its share (288 regions on 132
   // blocks: 2-3 each, taken at once). Numbering p by block first gave 72 blocks four regions and
   // left 60 SMs idle (ncu: SM active 46% of the kernel's cycles).
-  for (int p = team * gridDim.x + blockIdx.x; p < L * R; p += gridDim.x * kTeams) {
-    const int l = p / R, r = p % R;
+  for (int p = team * gridDim.x + blockIdx.x; p < E; p += gridDim.x * kTeams) {
+    const int l = c.by_ranks.div(p), r = c.by_ranks.mod(p, l);
     int count = 0;
     if (tt == 0) {
       const bool direct = dev::direct_peer(c, r);
-      const uint64_t sig = g.dispatch_count_off(c.buf, l, r);
+      const uint64_t sig = Layout::dispatch_count_off_at(c.buf, p);
       uint64_t waited = 0;
       bool timed_out = false;
       // A masked source (shrink mode) counts as 0 tokens; so does one that timed out (and is
       // masked now) in shrink mode. Without shrink mode a timeout is an error naming the source.
       const int v = dev::wait_signal(c, direct, sig, r, &waited, &timed_out);
       if (v == 0) {
-        if (timed_out) dev::report(c.err, kErrDispatchRecvTimeout, c.rank, c.rank * L + l, r, 0);
+        if (timed_out) dev::report(c.err, kErrDispatchRecvTimeout, c.rank, c.rank * c.by_ranks.div(E) + l, r, 0);
       } else {
         count = min(v - 1, T);
         // Reset for the call after next on this half: its sender is causally after our return.
@@ -208,8 +228,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
     // route[s] of source r's region (written before the count we acquired), the list read into
     // shared memory a chunk at a time: one load per row, not one per 16-byte vector before each
     // data load.
-    const uint8_t* region =
-        c.local + (kCompact ? g.dispatch_msg_off(c.buf, r, 0) : g.dispatch_slot_off(c.buf, l, r, 0));
+    const uint8_t* region = c.local + (kCompact ? g.dispatch_msg_off(c.buf, r, 0) : g.dispatch_region_off(c.buf, p));
     const int chunk = kCompact ? kRouteChunk : max(count, 1);
     int begin = 0;
     for (int c0 = 0; c0 == 0 || c0 < count; c0 += chunk) {
@@ -221,12 +240,11 @@ __device__ void recv_phase(const DispatchArgs& a) {
         port::team_sync(team_bar, kRecvTeamThreads);
       }
       const RecvRows q{region, s_route[team], l, c0, min(chunk, count - c0)};
-      const int parts = (recv_nvec(a) + kRecvPart - 1) / kRecvPart;
       const int batches = max(1, (q.rows * parts + kRecvWarps - 1) / kRecvWarps);  // batch 0 also reserves
-      for (int j = 0; j < batches; ++j) {
+      RecvWalk w(warp, parts);
+      for (int j = 0; j < batches; ++j, w.next(parts)) {
         RecvItem it;
-        const int item = j * kRecvWarps + warp;
-        const int s = recv_load<kCompact, kHostMem>(a, q, parts, item, lane, it);
+        const bool loaded = recv_load<kCompact, kHostMem>(a, q, w, lane, it);
         if (c0 == 0 && j == 0) {
           // The reservation goes out after batch 0's loads: its atomic and the loads take one
           // round trip together, and only the stores need `begin`. (Sent before the loads, it
@@ -251,7 +269,7 @@ __device__ void recv_phase(const DispatchArgs& a) {
           begin = s_begin[team];
           if (tt == 0) timeline::mark(c.timeline, timeline::kDispatchReserve);
         }
-        if (s >= 0) recv_store(a, q, parts, item, s, begin, lane, it);
+        if (loaded) recv_store(a, q, w, begin, lane, it);
       }
     }
     port::team_sync(team_bar, kRecvTeamThreads);  // s_begin/s_count/s_route reuse

@@ -7,6 +7,7 @@
 
 #include "channel/ring.h"
 #include "common/gpu_runtime.h"
+#include "kernels/fast_div.h"
 #include "kernels/ll_layout.h"
 
 namespace anyep::ll {
@@ -80,6 +81,7 @@ struct ProxyPath {
 
 struct Common {
   Layout g;
+  FastDiv by_ranks;  // n / g.R without a division instruction (set with g.R by the runtime)
   int rank = 0;
   int num_topk = 0;
   int num_tokens = 0;  // this rank's tokens, <= g.T

@@ -39,7 +39,7 @@
 //         here; never reset (clean resets only the 4*X words above), readers keep their own count.
 //   dispatch region (offset S), in one of two layouts (Layout::compact; ANYEP_LL_LAYOUT):
 //   fast (default; size D = 2 * E * T * M):
-//     slot (b, l, r, s) at S + ((b*L + l)*R + r) * T * M + s * M     (s < T: row s of (l, r))
+//     slot (b, l, r, s) at S + (b*E + l*R + r) * T * M + s * M        (s < T: row s of (l, r))
 //         one private region per (local expert l, source rank r): no two senders share a byte.
 //   compact (size D = 2 * R * T * C * M), C = min(kMaxTopk, L) message slots per (source rank,
 //   token): a token has at most C top-k entries on one rank:
@@ -237,8 +237,13 @@ struct Layout {
   ANYEP_HD ANYEP_INLINE constexpr int64_t handle_ints() const { return 2 * handle_plane_ints() + kHandleTail; }
 
   // ---- offsets (see the layout comment above) ----
+  // A (local expert l, source rank r) pair is also numbered as one index p = l * R + r (p < E):
+  // the dispatch receive's offsets by p need neither l nor r, so no division before its loads.
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_count_off(int b, int64_t l, int64_t r) const {
-    return 4ull * static_cast<uint64_t>(b * kMaxExperts + l * R + r);
+    return dispatch_count_off_at(b, l * R + r);
+  }
+  ANYEP_HD ANYEP_INLINE static constexpr uint64_t dispatch_count_off_at(int b, int64_t p) {
+    return 4ull * static_cast<uint64_t>(b * kMaxExperts + p);
   }
   ANYEP_HD ANYEP_INLINE constexpr uint64_t combine_flag_off(int b, int64_t e) const {
     return 4ull * static_cast<uint64_t>(2 * kMaxExperts + b * kMaxExperts + e);
@@ -249,8 +254,11 @@ struct Layout {
   }
   // Fast layout: row s of (local expert l, source rank r) in half b.
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_slot_off(int b, int64_t l, int64_t r, int64_t s) const {
-    return signal_bytes() + static_cast<uint64_t>((b * L() + l) * R + r) * static_cast<uint64_t>(T) * msg_bytes() +
-           static_cast<uint64_t>(s) * msg_bytes();
+    return dispatch_region_off(b, l * R + r) + static_cast<uint64_t>(s) * msg_bytes();
+  }
+  // Slot 0 of pair p's region: (b*L + l)*R + r = b*E + p, as E = L*R (validated).
+  ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_region_off(int b, int64_t p) const {
+    return signal_bytes() + static_cast<uint64_t>(b * E + p) * static_cast<uint64_t>(T) * msg_bytes();
   }
   // Compact layout: message m (= t * slots_per_token() + k') from source rank r in half b.
   ANYEP_HD ANYEP_INLINE constexpr uint64_t dispatch_msg_off(int b, int64_t r, int64_t m) const {

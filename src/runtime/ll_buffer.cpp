@@ -196,6 +196,7 @@ ll::Layout LowLatencyBuffer::layout_for(const LLShape& s) const {
 ll::Common LowLatencyBuffer::common_base() const {
   ll::Common c;
   c.g.R = num_ranks_;
+  c.by_ranks = FastDiv(static_cast<uint32_t>(num_ranks_));
   c.host_mem = host_staged();
   if (proxy_) c.proxy = proxy_->path();
   c.rank = rank_;

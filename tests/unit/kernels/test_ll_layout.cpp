@@ -222,6 +222,24 @@ TEST(LLLayout, SignalsDoNotMoveWithTheShape) {
   EXPECT_LE(big.dispatch_count_off(1, big.L() - 1, big.R - 1) + 4, big.combine_flag_off(0, 0));
 }
 
+// The receive addresses a (local expert, source) pair by its index p = l*R + r: the same count and
+// region as by (l, r), for every pair of both halves (the region as ((b*L + l)*R + r) * T * M).
+TEST(LLLayout, OffsetsByPairIndexMatchOffsetsByExpertAndSource) {
+  for (const Layout& g :
+       {Layout{128, 7168, 1, 288}, Layout{128, 7168, 2, 288}, Layout{7, 256, 3, 12}, Layout{16, 512, 8, 64}}) {
+    for (int b = 0; b < 2; ++b)
+      for (int64_t l = 0; l < g.L(); ++l)
+        for (int64_t r = 0; r < g.R; ++r) {
+          const int64_t p = l * g.R + r;
+          EXPECT_EQ(Layout::dispatch_count_off_at(b, p), g.dispatch_count_off(b, l, r));
+          const uint64_t region = g.signal_bytes() + static_cast<uint64_t>((b * g.L() + l) * g.R + r) *
+                                                         static_cast<uint64_t>(g.T) * g.msg_bytes();
+          EXPECT_EQ(g.dispatch_region_off(b, p), region) << "R " << g.R << " E " << g.E << " b " << b << " p " << p;
+          EXPECT_EQ(g.dispatch_slot_off(b, l, r, 3), region + 3 * g.msg_bytes());
+        }
+  }
+}
+
 // Proxy fence groups: one tag per (kind, half, local expert), all distinct and inside the range the
 // proxy is configured with; proxy counters reuse the signal numbering and stay inside kNumCounters.
 TEST(LLLayout, ProxyTagsAndCountersAreDistinctAndInRange) {
