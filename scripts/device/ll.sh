@@ -7,11 +7,11 @@
 # the killed-rank worlds (rank 1 gets SIGKILL between calls; LL_WORLDS=killed runs only those) --
 # and, when two GPUs are visible, the 2-GPU worlds too, and with four the 4-GPU ones) with the
 # checks in LL_CHECKS (empty: all), and the benchmark at the DeepEP shape, a rank per GPU, for the
-# paths in LL_BENCH_PATHS with the NCCL baseline. Every step runs under `timeout`; logs in $OUT; a table last. Exits 1 when a step failed,
-# timed out or was skipped for lack of budget.
+# paths in LL_BENCH_PATHS with the NCCL baseline. Every step runs under `timeout`; logs in $OUT; a
+# table last. Exits 1 when a step failed, timed out or was skipped for lack of budget.
 #
-# Device call (kind nvidia-h100-x1 or nvidia-h200; nvidia-h200-x2 adds the 2-GPU worlds and the proxy
-# benchmark, nvidia-h200-x4 the 4-GPU worlds (LL_WORLDS=4gpu: only those); carry [".deps"]), from
+# Device call (kind nvidia-h100-x1 or nvidia-h200; nvidia-h200-x2 adds the 2-GPU worlds and the
+# proxy benchmark, nvidia-h200-x4 the 4-GPU worlds (LL_WORLDS=4gpu: only those); carry [".deps"]), from
 # the repository root:
 #   bash scripts/device/ll.sh            (timeout_s ~ LL_BUDGET_S + 30)
 set -u
