@@ -279,8 +279,12 @@ def main():
     args = p.parse_args()
     gpus = torch.cuda.device_count()
     if gpus < 1:
-        print("bench_ll: needs a GPU (torch sees none); skipped")
-        return
+        # Not a pass: scripts/main.sh runs this only where nvidia-smi lists a GPU, so torch seeing
+        # none is a broken setup (driver, CUDA_VISIBLE_DEVICES, a CPU-only torch). 77 as the CLI's.
+        print(f"bench_ll: cannot run here: torch sees no GPU (torch {torch.__version__}, CUDA "
+              f"{torch.version.cuda}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
+              file=sys.stderr)
+        sys.exit(77)
     world = gpus if args.ranks is None else args.ranks
     if not 1 <= world <= gpus:
         sys.exit(f"bench_ll: --ranks {args.ranks}: needs one GPU per rank, and {gpus} are visible")
