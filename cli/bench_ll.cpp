@@ -116,7 +116,7 @@ int bench_ll(int argc, char** argv, int first) {
   if (!dispatch.y.empty()) r.plots.push_back(plot);
   r.notes.push_back(
       "DeepEP's kernels on H200s at the default shape, its own harness: 1 rank 18.1 / 21.4 us, 2 ranks 28.7 / 40.4 us, "
-      "4 ranks 37.1 / 56.2 us (dispatch / combine; issue 11, DESIGN.md s5, docs/bench/ll.md)");
+      "4 ranks 37.1 / 56.2 us (dispatch / combine; docs/bench/ll.md)");
   return emit(r, out, join_args(argc, argv)) ? kExitOk : kExitFailed;
 }
 

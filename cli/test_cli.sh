@@ -82,14 +82,14 @@ json_check "transport JSON: 4 sizes measured" \
 if [ "$gpus" -lt 1 ]; then
   check "bench ll without a GPU" 77 "needs 1 GPU, 0 visible" "$ANYEP" bench ll
 else
-  echo "skipped: bench ll's refusal without a GPU (this machine has $gpus GPUs; scripts/device runs the benchmark)"
+  echo "skipped: bench ll's refusal without a GPU (this machine has $gpus GPUs; scripts/gpu/bench.sh ll runs the benchmark)"
 fi
 check "bench ll --ranks beyond the GPUs" 77 "needs 64 GPUs, $gpus visible" "$ANYEP" bench ll --ranks 64
 check "bench ll --ranks 0" 2 "--ranks" "$ANYEP" bench ll --ranks 0
 if [ "$gpus" -lt 1 ]; then
   check "bench ht without a GPU" 77 "needs 1 GPU, 0 visible" "$ANYEP" bench ht
 else
-  echo "skipped: bench ht's refusal (this machine has $gpus GPUs; scripts/device runs the benchmark)"
+  echo "skipped: bench ht's refusal (this machine has $gpus GPUs; scripts/gpu/bench.sh ht runs the benchmark)"
 fi
 if python3 -c "import matplotlib" 2>/dev/null; then
   check "--plot" 0 "plot: $tmp/t.png" "$ANYEP" bench transport --providers shm --min 64 --max 256 \

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "kernels/ht_internode_protocol.h"
+#include "kernels/ht/internode_protocol.h"
 
 namespace anyep::testkit {
 

@@ -15,7 +15,7 @@
 //  HT stream of producer (s, q) to d: chunk k (1 or 2 writes) goes to slot k % ht_slots of d's HT
 //    ring (s, q), tag 2Q + q, then an ordered signal adds 1 to ht_tail(s, q). The observer verifies
 //    chunks up to the tail and returns the head with a signal to ht_head(q) on s (ring credits).
-//    The ring, the tail signal and the credits are those of kernels/ht_internode_protocol.h, the
+//    The ring, the tail signal and the credits are those of kernels/ht/internode_protocol.h, the
 //    rules the internode HT kernels follow.
 //  Every quiet_every commands a producer pushes QUIET and waits for it; with a peek function
 //  (ranks in one process) it then checks the bytes it wrote are already at the destination.

@@ -18,7 +18,7 @@ test_low_latency.py `test_func` (FP8 dispatch, BF16 combine, no async_finish):
               hidden behind a sleep kernel queued first (so the events time the kernels only).
 
 --baseline DIR measures DeepEP in the same process: DIR holds DeepEP's built `deep_ep` package (e.g.
-the build-deepep/ folder of scripts/device/deepep_baseline.sh). Every measurement alternates the two
+the build folder scripts/gpu/deepep.sh makes from a DeepEP checkout). Every measurement alternates the two
 implementations call by call, so both see the same process and machine state (host times of
 separate processes on one machine differ by up to 1.5x from run to run), and the ratios
 anyep/DeepEP are printed last. --impl deep_ep instead imports `deep_ep` as installed (DeepEP itself

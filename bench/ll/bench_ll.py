@@ -256,8 +256,8 @@ def measure(buf, iters, warmup, x, idx, w, y, T, E, ev):
 # time, not CUDA events around the calls as here), for orientation only: the baseline of this run
 # is the NCCL dispatcher.
 DEEPEP_H200 = {
-    1: "dispatch 18.1 us, combine 21.4 us (issue 11, 2026-11-23)",
-    2: "dispatch 28.7 us, combine 40.4 us (DESIGN.md s5)",
+    1: "dispatch 18.1 us, combine 21.4 us (docs/bench/ll.md, 2026-11-23)",
+    2: "dispatch 28.7 us, combine 40.4 us (docs/bench/ll.md)",
     4: "dispatch 37.1 us, combine 56.2 us (docs/bench/ll.md, 2026-11-27)",
 }
 

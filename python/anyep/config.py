@@ -46,7 +46,7 @@ class Config:
         needs: the fixed control area plus one receive ring per (channel, source rank) of
         `num_max_nvl_chunked_recv_tokens / lanes` slots, each large enough for a dispatched token
         of `hidden_bytes` (payload, FP8 scales, top-k ids and weights, source index) and for a
-        combine row (the formula is in src/kernels/ht_layout.h; docs/ht.md gives figures).
+        combine row (the formula is in src/kernels/ht/layout.h; docs/ht.md gives figures).
 
         Arguments:
             hidden_bytes: the bytes of one token's hidden vector as deep_ep counts it:

@@ -1,6 +1,6 @@
 """The internode high-throughput path (docs/ht.md, "Internode"): ranks on several nodes.
 
-The stages run in C++ (anyep._C.HTInternode, src/runtime/ht_internode.h), as the C API runs them.
+The stages run in C++ (anyep._C.HTInternode, src/runtime/ht/internode.h), as the C API runs them.
 A dispatch routes first: each rank sends every token once to each node that hosts one of its
 top-k experts, to the rank with its own local index there (its rail peer), through the CPU proxy
 (the rail exchange); the token's own node keeps it. The top-k ids go first (the host waits for the

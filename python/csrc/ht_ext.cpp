@@ -1,6 +1,6 @@
-// anyep/python/csrc/ht_ext.cpp — torch bindings for the HT runtime (src/runtime/ht_buffer.h):
+// anyep/python/csrc/ht_ext.cpp — torch bindings for the HT runtime (src/runtime/ht/buffer.h):
 // tensors to descriptors, outputs allocated as the runtime specifies them on the current stream,
-// calls launched on the given stream. Every argument check lives in the runtime (ht_validate.h).
+// calls launched on the given stream. Every argument check lives in the runtime (ht/validate.h).
 #include "ht_ext.h"
 
 #include <c10/cuda/CUDAFunctions.h>
@@ -16,9 +16,9 @@
 #include "common/env.h"
 #include "common/host_identity.h"
 #include "py_bootstrap.h"
-#include "runtime/ht_buffer.h"
-#include "runtime/ht_internode.h"
-#include "runtime/ht_topology.h"
+#include "runtime/ht/buffer.h"
+#include "runtime/ht/internode.h"
+#include "runtime/ht/topology.h"
 #include "tensor_convert.h"
 
 namespace anyep::ext {
@@ -193,7 +193,7 @@ class InternodePass {
   at::Tensor rows_received() const { return recv_rows; }
 };
 
-// The internode path (runtime/ht_internode.h): the rail exchange through the proxy and the node's
+// The internode path (runtime/ht/internode.h): the rail exchange through the proxy and the node's
 // intranode buffer, composed in C++; torch allocates every table and output here.
 class HTInternode {
  public:

@@ -1,5 +1,5 @@
 // anyep/python/csrc/ll_ext.cpp — torch bindings for the LL runtime (anyep._C).
-// Tensors in, tensor descriptors to the runtime (src/runtime/ll_api.h: every argument check, the
+// Tensors in, tensor descriptors to the runtime (src/runtime/ll/api.h: every argument check, the
 // output shapes, the handle layout and the launch live there), outputs allocated as the runtime
 // asks, library errors mapped to Python exceptions. Diagnostics (ANYEP_LL_TRACE): diagnostics.h.
 #include <ATen/cuda/CUDAContext.h>
@@ -15,8 +15,8 @@
 #include "diagnostics.h"
 #include "ht_ext.h"
 #include "py_bootstrap.h"
-#include "runtime/ll_api.h"
-#include "runtime/ll_buffer.h"
+#include "runtime/ll/api.h"
+#include "runtime/ll/buffer.h"
 #include "tensor_convert.h"
 #include "transport/bootstrap/bootstrap.h"
 

@@ -1,5 +1,5 @@
 // anyep/python/csrc/tensor_convert.h — torch tensors to the runtime's tensor descriptors
-// (src/runtime/tensor_ref.h) and back: descriptors of inputs, allocations of outputs as the
+// (src/runtime/common/tensor_ref.h) and back: descriptors of inputs, allocations of outputs as the
 // runtime specifies them, the launch stream. Shared by the LL and HT bindings.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "runtime/tensor_ref.h"
+#include "runtime/common/tensor_ref.h"
 
 namespace anyep::ext {
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Includes in src/ follow the layer matrix (docs/architecture.md, "Layer matrix"): every quoted
 # #include of a file in src/<layer>/ must match one of that layer's allowed patterns below.
+# Inside kernels/ and runtime/ the two modes are separate rooms over a shared core: a file in
+# <layer>/ll/ includes nothing of kernels/ht/ or runtime/ht/, and the other way round, and a file
+# in <layer>/common/ includes neither mode (MODES below).
 # Prints file:line, the include and the rule for each violation; exit 1 if any.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +34,19 @@ why() {
 }
 allowed() { awk -v l="$1" '$1 == l { for (i = 2; i <= NF; ++i) print $i }' <<<"$MATRIX"; }
 
+# The mode of a file under src/kernels or src/runtime: ll, ht, common, or "" (elsewhere, or the
+# top of the folder: kernels/preload.cu loads both modes' kernels).
+mode_of() { sed -nE 's#^src/(kernels|runtime)/(ll|ht|common)/.*#\2#p' <<<"$1"; }
+mode_ok() {
+  local from to
+  from=$(mode_of "$1")
+  to=$(mode_of "src/$2")
+  case "$from:$to" in
+    ll:ht | ht:ll | common:ll | common:ht) return 1 ;;
+  esac
+  return 0
+}
+
 fail=0
 checked=0
 while IFS= read -r f; do
@@ -53,6 +69,11 @@ while IFS= read -r f; do
         continue
       fi
       inc="$(cut -d/ -f2- <<<"$(dirname "$f")")/$inc"
+    fi
+    if ! mode_ok "$f" "$inc"; then
+      echo "$f:$line: #include \"$inc\": $(mode_of "$f") code may not include $(mode_of "src/$inc") code (the modes meet only in common/)"
+      fail=1
+      continue
     fi
     ok=0
     for p in "${pats[@]}"; do

@@ -9,9 +9,9 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/parse.h"
-#include "runtime/ht_internode_plan.h"  // runtime::kHTMaxNodes
-#include "runtime/ht_validate.h"        // ht:: limits and geometry, through the runtime contract
-#include "runtime/ll_validate.h"
+#include "runtime/ht/internode_plan.h"  // runtime::kHTMaxNodes
+#include "runtime/ht/validate.h"        // ht:: limits and geometry, through the runtime contract
+#include "runtime/ll/validate.h"
 
 namespace anyep::capi {
 namespace {
@@ -91,7 +91,7 @@ std::string check_ll_path(const char* text) {
   throw InternalError("capi: ANYEP_LL_PATH is not in the environment registry");
 }
 
-// HT's limits (kernels/ht_layout.h, ht_internode_protocol.h): ranks, experts per rank, row size.
+// HT's limits (kernels/ht/layout.h, ht/internode_protocol.h): ranks, experts per rank, row size.
 // The ranks per node (at most 16, reached by direct stores) are checked once the group knows its
 // nodes (group.cpp).
 void check_ht_limits(const GroupSpec& s) {

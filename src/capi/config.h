@@ -1,6 +1,6 @@
 // anyep/src/capi/config.h — the C API's inputs made C++: the versioned anyep_config_t read and
 // checked into a GroupSpec, dtypes and tensor descriptors converted to the runtime's
-// (runtime/tensor_ref.h), and runtime output specs back to anyep_tensor_t. Every refusal is an
+// (runtime/common/tensor_ref.h), and runtime output specs back to anyep_tensor_t. Every refusal is an
 // InvalidArgument (or Unsupported) that names the field.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "anyep/anyep.h"
-#include "runtime/tensor_ref.h"
+#include "runtime/common/tensor_ref.h"
 
 namespace anyep::capi {
 

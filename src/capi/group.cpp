@@ -12,8 +12,8 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/host_identity.h"
-#include "runtime/ht_topology.h"
-#include "runtime/ll_validate.h"
+#include "runtime/ht/topology.h"
+#include "runtime/ll/validate.h"
 
 namespace anyep::capi {
 namespace {

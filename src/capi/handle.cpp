@@ -6,7 +6,7 @@
 #include "capi/api_guard.h"
 #include "capi/objects.h"
 #include "common/error.h"
-#include "runtime/ll_validate.h"
+#include "runtime/ll/validate.h"
 
 namespace anyep::capi {
 namespace {
@@ -65,7 +65,7 @@ std::shared_ptr<Handle> create(anyep_group_t group, int32_t mode, const anyep_te
     throw InvalidArgument("topk_idx is on device " + to_string(t.device) + ", the group's device is " +
                           to_string(g.device));
 
-  // Handle memory: the storage the dispatch's src_info views (ll_layout.h), then layout_range [L, R].
+  // Handle memory: the storage the dispatch's src_info views (ll/layout.h), then layout_range [L, R].
   const ll::Layout lay{s.max_tokens, s.hidden, s.num_ranks, s.num_experts};
   const int64_t L = lay.L(), R = s.num_ranks, RT = R * s.max_tokens;
   const size_t info_bytes = static_cast<size_t>(lay.handle_ints()) * 4;

@@ -1,6 +1,6 @@
-// anyep/src/capi/ht_backend.h — what the C API needs from the HT runtime (runtime/ht_buffer.h),
+// anyep/src/capi/ht_backend.h — what the C API needs from the HT runtime (runtime/ht/buffer.h),
 // behind an interface so that the C API builds without CUDA (ll_backend_none.cpp) and the CUDA
-// headers stay in ht_backend_cuda.cpp. Each call re-checks its outputs (runtime/check.h).
+// headers stay in ht_backend_cuda.cpp. Each call re-checks its outputs (runtime/common/check.h).
 #pragma once
 
 #include <cstdint>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "capi/config.h"
-#include "runtime/ht_internode_plan.h"
-#include "runtime/ht_validate.h"
+#include "runtime/ht/internode_plan.h"
+#include "runtime/ht/validate.h"
 #include "transport/bootstrap/bootstrap.h"
 
 namespace anyep::capi {
@@ -41,7 +41,7 @@ class HTBackend {
                         const HTOutputs& out, void* stream) = 0;
   virtual void combine(const runtime::HTCombineIn& in, const runtime::HTCombinePlan& p, const runtime::TensorRef& out,
                        const runtime::TensorRef& out_weights, void* stream) = 0;
-  // Ranks on several nodes (runtime/ht_internode.h): info() is the node buffer's (its k ranks);
+  // Ranks on several nodes (runtime/ht/internode.h): info() is the node buffer's (its k ranks);
   // a pass is route() (the counts, before any data moves), then one dispatch, then combine.
   // The intranode calls above are refused there, and these in an intranode backend.
   virtual bool internode() const { return false; }

@@ -1,4 +1,4 @@
-// The C API's HT backend over the CUDA runtime (runtime/ht_buffer.h): the calls the Python
+// The C API's HT backend over the CUDA runtime (runtime/ht/buffer.h): the calls the Python
 // extension (python/csrc/ht_ext.cpp) makes, with the C caller's descriptors and stream.
 #include <cuda_runtime_api.h>
 
@@ -6,8 +6,8 @@
 #include "capi/cuda_backend.h"
 #include "capi/device_guard.h"
 #include "capi/ht_backend.h"
-#include "runtime/ht_buffer.h"
-#include "runtime/ht_internode.h"
+#include "runtime/ht/buffer.h"
+#include "runtime/ht/internode.h"
 
 namespace anyep::capi {
 namespace {

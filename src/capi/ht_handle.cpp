@@ -1,15 +1,15 @@
-// The C API's high-throughput calls (DeepEP's normal mode, intranode; runtime/ht_buffer.h): an
+// The C API's high-throughput calls (DeepEP's normal mode, intranode; runtime/ht/buffer.h): an
 // HT handle from topk_idx (layout, then the counts exchange, the host waiting for this rank's
 // received count), its dispatch (once) and its combine. Every argument check of the runtime
-// (runtime/ht_validate.h) runs in GPU-free groups too.
+// (runtime/ht/validate.h) runs in GPU-free groups too.
 #include <string>
 
 #include "anyep/anyep.h"
 #include "capi/api_guard.h"
 #include "capi/objects.h"
 #include "common/error.h"
-#include "runtime/check.h"
-#include "runtime/ht_validate.h"  // ht:: limits and geometry, through the runtime contract
+#include "runtime/common/check.h"
+#include "runtime/ht/validate.h"  // ht:: limits and geometry, through the runtime contract
 
 namespace anyep::capi {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "runtime/ht_validate.h"  // ht:: limits and geometry, through the runtime contract
+#include "runtime/ht/validate.h"  // ht:: limits and geometry, through the runtime contract
 
 namespace anyep::capi {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "anyep/anyep.h"
-#include "runtime/ht_validate.h"
+#include "runtime/ht/validate.h"
 
 namespace anyep::capi {
 

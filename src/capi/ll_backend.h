@@ -9,7 +9,7 @@
 #include <string>
 
 #include "capi/config.h"
-#include "runtime/ll_validate.h"
+#include "runtime/ll/validate.h"
 #include "transport/bootstrap/bootstrap.h"
 
 namespace anyep::capi {
@@ -21,7 +21,7 @@ class LLBackend {
  public:
   virtual ~LLBackend() = default;
   virtual runtime::LLBufferInfo info() const = 0;
-  // Checks (runtime/ll_validate.h) and launches; send_only returns the receive phase, else null.
+  // Checks (runtime/ll/validate.h) and launches; send_only returns the receive phase, else null.
   virtual RecvPhase dispatch(const runtime::LLDispatchIn& in, const runtime::LLDispatchOut& out, bool send_only,
                              void* stream) = 0;
   virtual RecvPhase combine(const runtime::LLCombineIn& in, const runtime::TensorRef& out, bool send_only,

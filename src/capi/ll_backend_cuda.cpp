@@ -1,4 +1,4 @@
-// The C API's LL backend over the CUDA runtime (runtime/ll_api.h): the same calls the Python
+// The C API's LL backend over the CUDA runtime (runtime/ll/api.h): the same calls the Python
 // extension makes, with the C caller's descriptors and stream.
 #include <cuda_runtime_api.h>
 
@@ -12,8 +12,8 @@
 #include "capi/ll_backend.h"
 #include "common/cuda_check.h"
 #include "common/error.h"
-#include "runtime/ll_api.h"
-#include "runtime/ll_buffer.h"
+#include "runtime/ll/api.h"
+#include "runtime/ll/buffer.h"
 
 namespace anyep::capi {
 namespace {

@@ -13,7 +13,7 @@
 #include "capi/ht_options.h"
 #include "capi/ll_backend.h"
 #include "capi/registry.h"
-#include "runtime/tensor_ref.h"
+#include "runtime/common/tensor_ref.h"
 #include "transport/bootstrap/bootstrap.h"
 
 namespace anyep::capi {
@@ -64,7 +64,7 @@ struct Handle {
   anyep_mode_t mode = ANYEP_MODE_LL;
   runtime::TensorRef topk_idx;
   int64_t num_tokens = 0, num_topk = 0;
-  // Handle memory (ll_layout.h, "Handle storage", then layout_range): null in a GPU-free group.
+  // Handle memory (ll/layout.h, "Handle storage", then layout_range): null in a GPU-free group.
   void* memory = nullptr;
   size_t memory_bytes = 0;
   runtime::TensorRef src_info, layout_range;  // views of `memory` the runtime fills and reads

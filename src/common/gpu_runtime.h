@@ -9,7 +9,7 @@
 //
 // ANYEP_HAVE_GPU_RUNTIME is 1 where a runtime is configured (the target links anyep_gpu_runtime,
 // which defines ANYEP_GPU_CUDA or ANYEP_GPU_HIP; or the file is device code), else 0: headers
-// shared with CPU-only code (e.g. kernels/ll_kernels.h) declare their launch functions under it.
+// shared with CPU-only code (e.g. kernels/ll/kernels.h) declare their launch functions under it.
 #pragma once
 
 #include <cstddef>

@@ -4,8 +4,8 @@
 #include <mutex>
 #include <set>
 
-#include "kernels/ht_kernels.h"
-#include "kernels/ll_kernels.h"
+#include "kernels/ht/kernels.h"
+#include "kernels/ll/kernels.h"
 
 namespace anyep {
 

@@ -128,7 +128,7 @@ def check_combine(out, x, idx, w, scale, what):
     torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2, msg=lambda m: f"{what}: {m}")
 
 
-# ---- LogFMT (use_logfmt=True combine): a torch reference of the format (src/kernels/logfmt.h) ----
+# ---- LogFMT (use_logfmt=True combine): a torch reference of the format (src/kernels/ll/logfmt.h) ----
 LOGFMT_GROUP, LOGFMT_STEPS, LOGFMT_RANGE = 128, 510, 32.0
 
 

@@ -1,4 +1,4 @@
-// Hostile clients on the TCP bootstrap's port (issue 12 item 4): a forged hello (wrong secret, or
+// Hostile clients on the TCP bootstrap's port: a forged hello (wrong secret, or
 // a rank already joined), a silent connection and an oversized frame. Each is refused and named,
 // and never delays or breaks the real ranks. Ranks are threads here; the sockets are real.
 #include <gtest/gtest.h>

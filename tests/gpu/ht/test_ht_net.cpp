@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "runtime/ht_net.h"
+#include "runtime/ht/net.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // One rank (it is its own only peer): dispatch (BF16, FP8 with float scales) and combine through
 // LowLatencyBuffer and the real kernels, checked against a host reference; several rounds on one
 // buffer (both halves, counters back at zero, a change of shape between calls), filling the kernel
-// arguments by hand or through the runtime API (runtime/ll_api.h: descriptors and a stream).
+// arguments by hand or through the runtime API (runtime/ll/api.h: descriptors and a stream).
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -18,9 +18,9 @@
 #include "../gpu_count.h"
 #include "common/error.h"
 #include "common/gpu_runtime.h"
-#include "kernels/logfmt.h"
-#include "runtime/ll_api.h"
-#include "runtime/ll_buffer.h"
+#include "kernels/ll/logfmt.h"
+#include "runtime/ll/api.h"
+#include "runtime/ll/buffer.h"
 
 namespace anyep {
 namespace {
@@ -75,8 +75,8 @@ runtime::TensorRef dev_ref(const DevBuf& b, runtime::DType dt, std::initializer_
 }
 
 // The LogFMT combine output against two host references: the exact sum (every value within the
-// format's error bound, kernels/logfmt.h: a factor 2^(step/2) with step <= 32/510, plus the BF16 rounding
-// of the output) and the sum of the host's LogFMT round trip of each row (kernels/logfmt.h on the
+// format's error bound, kernels/ll/logfmt.h: a factor 2^(step/2) with step <= 32/510, plus the BF16 rounding
+// of the output) and the sum of the host's LogFMT round trip of each row (kernels/ll/logfmt.h on the
 // CPU, which differs from the GPU's only by its log2/exp2): the output must follow the LogFMT
 // levels (much closer to the second), which shows the rows really travelled encoded.
 void check_logfmt_combine(const Shape& s, const std::vector<uint16_t>& x, const std::vector<int64_t>& idx,

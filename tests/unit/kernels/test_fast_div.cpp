@@ -1,4 +1,4 @@
-// FastDiv (kernels/fast_div.h): quotient and remainder equal to `/` and `%` over the whole range
+// FastDiv (kernels/common/fast_div.h): quotient and remainder equal to `/` and `%` over the whole range
 // it promises, exhaustively where the divisor is small (ranks) and at the edges otherwise.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/fast_div.h"
+#include "kernels/common/fast_div.h"
 
 namespace anyep {
 namespace {

@@ -1,4 +1,4 @@
-// kernels/ht_internode_protocol.h as plain C++: the topology (rail peers), the per-token node mask
+// kernels/ht/internode_protocol.h as plain C++: the topology (rail peers), the per-token node mask
 // and forward lists against a brute-force model over random top-k choices, and the chunk ring's
 // credit arithmetic, also where the 64-bit running totals pass 2^32 (they never reset).
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <set>
 #include <vector>
 
-#include "kernels/ht_internode_protocol.h"
+#include "kernels/ht/internode_protocol.h"
 
 using namespace anyep;
 using namespace anyep::ht::internode;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/ll_layout.h"
+#include "kernels/ll/layout.h"
 
 namespace anyep::ll {
 namespace {

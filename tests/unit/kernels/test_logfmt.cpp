@@ -1,6 +1,6 @@
-// LogFMT-10 (kernels/logfmt.h) on the CPU: which groups encode, the round-trip error bound, the
+// LogFMT-10 (kernels/ll/logfmt.h) on the CPU: which groups encode, the round-trip error bound, the
 // bit layout of an encoded group, edge cases (zeros, constant, negative, inf/NaN, subnormal), the
-// accuracy on DeepEP's test data, and the row layout formulas of ll_layout.h.
+// accuracy on DeepEP's test data, and the row layout formulas of ll/layout.h.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/ll_layout.h"
-#include "kernels/logfmt.h"
+#include "kernels/ll/layout.h"
+#include "kernels/ll/logfmt.h"
 
 namespace anyep::ll {
 namespace {
@@ -239,7 +239,7 @@ TEST(LogFMT, MeetsDeepEPAccuracyBoundOnItsTestData) {
   }
 }
 
-// ---- the row layout (ll_layout.h) ----------------------------------------------------------------
+// ---- the row layout (ll/layout.h) ----------------------------------------------------------------
 
 TEST(LogFMTRow, OffsetsFollowTheMask) {
   std::mt19937 rng(5);

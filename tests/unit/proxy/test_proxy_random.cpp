@@ -169,7 +169,7 @@ TEST(ProxyRandom, ChaosEngine4Ranks2Threads) {
   run_case({4, 2, 3, static_cast<int>(Ordering::kAuto), seed}, chaos_factory(4, 2, seed, 16));
 }
 
-// The negative control of the HT partial-order fence (kernels/ht_internode_protocol.h): the same
+// The negative control of the HT partial-order fence (kernels/ht/internode_protocol.h): the same
 // chaos run with the tail signals unfenced must be caught (a tail observed before its chunk).
 TEST(ProxyRandom, ChaosUnfencedHtTailIsCaught) {
   // Long holds (up to 4096 polls) make the window in which a tail is visible and its chunk write

@@ -1,9 +1,9 @@
-// The internode path's row and region sizes (runtime/ht_internode_plan.h): what the exchange
+// The internode path's row and region sizes (runtime/ht/internode_plan.h): what the exchange
 // carries per row in each stage, and the region the C API allocates for the worst case.
 #include <gtest/gtest.h>
 
-#include "kernels/ht_internode_protocol.h"
-#include "runtime/ht_internode_plan.h"
+#include "kernels/ht/internode_protocol.h"
+#include "runtime/ht/internode_plan.h"
 
 namespace {
 

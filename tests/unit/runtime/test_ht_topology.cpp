@@ -1,4 +1,4 @@
-// runtime/ht_topology.h: nodes from host identities (consecutive blocks of equal size) or from
+// runtime/ht/topology.h: nodes from host identities (consecutive blocks of equal size) or from
 // the ANYEP_HT_RANKS_PER_NODE override; a layout the internode path cannot serve is refused with
 // the rank that breaks it.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "runtime/ht_topology.h"
+#include "runtime/ht/topology.h"
 
 using anyep::runtime::ht_ranks_per_node;
 

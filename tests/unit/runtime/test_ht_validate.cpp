@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "runtime/ht_validate.h"
+#include "runtime/ht/validate.h"
 
 namespace anyep::runtime {
 namespace {

@@ -1,4 +1,4 @@
-// The text of an LL kernel's error record (runtime/ll_error.h): every wait that gave up names the
+// The text of an LL kernel's error record (runtime/ll/error.h): every wait that gave up names the
 // reporting rank, the expert and the peer it waited for (the Python LL tests parse "from rank N"),
 // refused input is InvalidArgument, and an empty record raises nothing. No GPU needed.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "runtime/ll_error.h"
+#include "runtime/ll/error.h"
 
 namespace anyep::runtime {
 namespace {

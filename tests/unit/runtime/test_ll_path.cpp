@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "runtime/ll_path.h"
+#include "runtime/common/path.h"
 
 namespace anyep::runtime {
 namespace {

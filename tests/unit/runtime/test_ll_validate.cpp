@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "runtime/ll_validate.h"
+#include "runtime/ll/validate.h"
 
 namespace anyep::runtime {
 namespace {
@@ -106,7 +106,7 @@ TEST(LLValidateDispatch, PlanGivesDeepEPShapes) {
   EXPECT_EQ(dims_str(p.recv_scales.strides, 3), "[64, 1, 16]");
   EXPECT_EQ(p.recv_scales.storage_elems, L * 4 * RT);
   EXPECT_EQ(dims_str(p.recv_count.shape, 1), "[2]");
-  // The handle: an [L, R*T] view at the start of two planes and the tail (ll_layout.h).
+  // The handle: an [L, R*T] view at the start of two planes and the tail (ll/layout.h).
   EXPECT_EQ(dims_str(p.src_info.shape, 2), "[2, 16]");
   EXPECT_EQ(p.src_info.storage_elems, 2 * L * RT + ll::kHandleTail);
   EXPECT_EQ(p.src_info.storage_elems, p.g.handle_ints());

@@ -1,7 +1,7 @@
 // Tensor descriptors: element counts, torch's contiguity rule, dtype names as torch spells them.
 #include <gtest/gtest.h>
 
-#include "runtime/tensor_ref.h"
+#include "runtime/common/tensor_ref.h"
 
 namespace anyep::runtime {
 namespace {
