@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <type_traits>
 
 #if defined(__HIPCC__)
 #include <hip/hip_runtime.h>
@@ -77,176 +78,242 @@ namespace anyep::port {
 
 inline constexpr int kWarpSize = ANYEP_WARP_SIZE;
 
-// ---- atomics on memory the caller's own device owns (ring heads, counters in device memory) ----
+// ---- scoped atomics -----------------------------------------------------------------------------
+// One template per operation, for 32-bit (uint32_t, int32_t) and 64-bit (uint64_t) words:
+// atomic_load, atomic_store, atomic_fetch_add, atomic_add and atomic_max (the last two return
+// nothing: no acquire). Order is a C++ memory order; Scope says who must see the access in that
+// order: `device` the threads of this GPU (ring heads, counters in device memory), `system` every
+// GPU and the host (pinned or mapped memory, a peer GPU's memory). The host versions use the
+// __atomic builtins and ignore the scope (a CPU thread is in every scope). Kernels mostly call the
+// named forms further down (load_acquire_system, store_release_device, ...).
 
-// Relaxed fetch-add at device scope: claiming a ring slot needs atomicity, not ordering.
-ANYEP_HD ANYEP_INLINE uint64_t atomic_add_device(uint64_t* p, uint64_t v) {
-#if defined(ANYEP_DEVICE_PASS)
-  return atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-#else
-  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+enum class Order { relaxed, acquire, release, acq_rel };
+enum class Scope { device, system };
+
+namespace detail {
+// A parameter that takes no part in deduction: T comes from the pointer and the value converts to
+// it, as with an overload per type (store_release_system(p64, 1)).
+template <typename T>
+struct same {
+  using type = T;
+};
+template <typename T>
+using same_t = typename same<T>::type;
+
+template <typename T>
+inline constexpr bool kAtomicWord =
+    std::is_same_v<T, uint32_t> || std::is_same_v<T, int32_t> || std::is_same_v<T, uint64_t>;
+
+template <Order O>
+inline constexpr int kGnuOrder = O == Order::relaxed   ? __ATOMIC_RELAXED
+                                 : O == Order::acquire ? __ATOMIC_ACQUIRE
+                                 : O == Order::release ? __ATOMIC_RELEASE
+                                                       : __ATOMIC_ACQ_REL;
+
+#if defined(__HIPCC__)
+template <Scope S>
+inline constexpr int kHipScope = S == Scope::system ? __HIP_MEMORY_SCOPE_SYSTEM : __HIP_MEMORY_SCOPE_AGENT;
 #endif
-}
+}  // namespace detail
 
-// Acquire load at device scope (values another block of this GPU publishes with
-// atomic_max_release_device).
-ANYEP_HD ANYEP_INLINE uint64_t load_acquire_device(const uint64_t* p) {
+// NVIDIA: PTX spells the order, scope and type inside the instruction, and inline assembly takes
+// only a literal, so ANYEP_PTX_(EMIT) assembles it from literal pieces: it expands to
+// EMIT(order, scope, type, constraint) for the <O, S, T> of the enclosing template (constraint: the
+// register class of a T operand). The other cases are discarded at compile time.
+#if defined(__CUDA_ARCH__)
+#define ANYEP_PTX_TYPE_(EMIT, ord, sc)                \
+  if constexpr (std::is_same_v<T, uint64_t>) {        \
+    EMIT(ord, sc, "u64", "l");                        \
+  } else if constexpr (std::is_same_v<T, uint32_t>) { \
+    EMIT(ord, sc, "u32", "r");                        \
+  } else {                                            \
+    EMIT(ord, sc, "s32", "r");                        \
+  }
+#define ANYEP_PTX_SCOPE_(EMIT, ord)   \
+  if constexpr (S == Scope::system) { \
+    ANYEP_PTX_TYPE_(EMIT, ord, "sys") \
+  } else {                            \
+    ANYEP_PTX_TYPE_(EMIT, ord, "gpu") \
+  }
+#define ANYEP_PTX_(EMIT)                      \
+  if constexpr (O == Order::relaxed) {        \
+    ANYEP_PTX_SCOPE_(EMIT, "relaxed")         \
+  } else if constexpr (O == Order::acquire) { \
+    ANYEP_PTX_SCOPE_(EMIT, "acquire")         \
+  } else if constexpr (O == Order::release) { \
+    ANYEP_PTX_SCOPE_(EMIT, "release")         \
+  } else {                                    \
+    ANYEP_PTX_SCOPE_(EMIT, "acq_rel")         \
+  }
+#define ANYEP_PTX_LOAD_(ord, sc, ty, c) \
+  asm volatile("ld." ord "." sc ".global." ty " %0, [%1];" : "=" c(v) : "l"(p) : "memory")
+#define ANYEP_PTX_STORE_(ord, sc, ty, c) \
+  asm volatile("st." ord "." sc ".global." ty " [%0], %1;" ::"l"(p), c(v) : "memory")
+#define ANYEP_PTX_FETCH_ADD_(ord, sc, ty, c) \
+  asm volatile("atom." ord "." sc ".global.add." ty " %0, [%1], %2;" : "=" c(old) : "l"(p), c(v) : "memory")
+#define ANYEP_PTX_ADD_(ord, sc, ty, c) \
+  asm volatile("red." ord "." sc ".global.add." ty " [%0], %1;" ::"l"(p), c(v) : "memory")
+#define ANYEP_PTX_MAX_(ord, sc, ty, c) \
+  asm volatile("red." ord "." sc ".global.max." ty " [%0], %1;" ::"l"(p), c(v) : "memory")
+#endif
+
+template <Order O, Scope S, typename T>
+ANYEP_HD ANYEP_INLINE T atomic_load(const T* p) {
+  static_assert(detail::kAtomicWord<T>, "anyep: atomics take uint32_t, int32_t or uint64_t words");
+  static_assert(O == Order::relaxed || O == Order::acquire, "anyep: a load is relaxed or acquire");
 #if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  T v;
+  ANYEP_PTX_(ANYEP_PTX_LOAD_)
   return v;
 #elif defined(ANYEP_DEVICE_PASS)
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+  return __hip_atomic_load(p, detail::kGnuOrder<O>, detail::kHipScope<S>);
 #else
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  return __atomic_load_n(p, detail::kGnuOrder<O>);
 #endif
 }
 
-// Monotonic max with release at device scope (cached copies of a host index only move forward;
-// release passes on what the caller acquired with the value it publishes).
-ANYEP_HD ANYEP_INLINE void atomic_max_release_device(uint64_t* p, uint64_t v) {
+template <Order O, Scope S, typename T>
+ANYEP_HD ANYEP_INLINE void atomic_store(T* p, detail::same_t<T> v) {
+  static_assert(detail::kAtomicWord<T>, "anyep: atomics take uint32_t, int32_t or uint64_t words");
+  static_assert(O == Order::relaxed || O == Order::release, "anyep: a store is relaxed or release");
 #if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("red.release.gpu.global.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  ANYEP_PTX_(ANYEP_PTX_STORE_)
 #elif defined(ANYEP_DEVICE_PASS)
-  __hip_atomic_fetch_max(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+  __hip_atomic_store(p, v, detail::kGnuOrder<O>, detail::kHipScope<S>);
 #else
-  uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  __atomic_store_n(p, v, detail::kGnuOrder<O>);
+#endif
+}
+
+// Returns the old value.
+template <Order O, Scope S, typename T>
+ANYEP_HD ANYEP_INLINE T atomic_fetch_add(T* p, detail::same_t<T> v) {
+  static_assert(detail::kAtomicWord<T>, "anyep: atomics take uint32_t, int32_t or uint64_t words");
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  if constexpr (O == Order::relaxed) {
+    // The toolkit's builtin: it orders nothing else, and the compiler knows it (no asm barrier).
+    using W = std::conditional_t<sizeof(T) == 8, unsigned long long, T>;
+    if constexpr (S == Scope::system) {
+      return atomicAdd_system(reinterpret_cast<W*>(p), static_cast<W>(v));
+    } else {
+      return atomicAdd(reinterpret_cast<W*>(p), static_cast<W>(v));
+    }
+  } else {
+    T old;
+    ANYEP_PTX_(ANYEP_PTX_FETCH_ADD_)
+    return old;
+  }
+#elif defined(ANYEP_DEVICE_PASS)
+  return __hip_atomic_fetch_add(p, v, detail::kGnuOrder<O>, detail::kHipScope<S>);
+#else
+  return __atomic_fetch_add(p, v, detail::kGnuOrder<O>);
+#endif
+}
+
+// Add, result unused (NVIDIA: a reduction, which does not wait for the old value).
+template <Order O, Scope S, typename T>
+ANYEP_HD ANYEP_INLINE void atomic_add(T* p, detail::same_t<T> v) {
+  static_assert(detail::kAtomicWord<T>, "anyep: atomics take uint32_t, int32_t or uint64_t words");
+  static_assert(O == Order::relaxed || O == Order::release, "anyep: an add without result is relaxed or release");
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  ANYEP_PTX_(ANYEP_PTX_ADD_)
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_fetch_add(p, v, detail::kGnuOrder<O>, detail::kHipScope<S>);
+#else
+  __atomic_fetch_add(p, v, detail::kGnuOrder<O>);
+#endif
+}
+
+// Monotonic max, result unused: the word only moves forward, the largest of racing values wins.
+template <Order O, Scope S, typename T>
+ANYEP_HD ANYEP_INLINE void atomic_max(T* p, detail::same_t<T> v) {
+  static_assert(detail::kAtomicWord<T>, "anyep: atomics take uint32_t, int32_t or uint64_t words");
+  static_assert(O == Order::relaxed || O == Order::release, "anyep: a max without result is relaxed or release");
+#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  ANYEP_PTX_(ANYEP_PTX_MAX_)
+#elif defined(ANYEP_DEVICE_PASS)
+  __hip_atomic_fetch_max(p, v, detail::kGnuOrder<O>, detail::kHipScope<S>);
+#else
+  T cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, detail::kGnuOrder<O>, __ATOMIC_RELAXED)) {
   }
 #endif
 }
 
-// ---- system scope: memory shared between the GPU and host threads (pinned, mapped) -------------
-
-// Acquire load at system scope: everything the host wrote before its release store of this value
-// is visible to the reader afterwards.
-ANYEP_HD ANYEP_INLINE uint64_t load_acquire_system(const uint64_t* p) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-#elif defined(ANYEP_DEVICE_PASS)
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#if defined(__CUDA_ARCH__)
+#undef ANYEP_PTX_TYPE_
+#undef ANYEP_PTX_SCOPE_
+#undef ANYEP_PTX_
+#undef ANYEP_PTX_LOAD_
+#undef ANYEP_PTX_STORE_
+#undef ANYEP_PTX_FETCH_ADD_
+#undef ANYEP_PTX_ADD_
+#undef ANYEP_PTX_MAX_
 #endif
+
+// ---- the named forms kernels, the channel and the host call ------------------------------------
+// Device scope: memory the caller's own GPU owns. System scope: memory shared with the host and
+// other GPUs (pinned, mapped, a peer's).
+
+// Relaxed fetch-add at device scope: claiming a ring slot needs atomicity, not ordering.
+template <typename T>
+ANYEP_HD ANYEP_INLINE T atomic_add_device(T* p, detail::same_t<T> v) {
+  return atomic_fetch_add<Order::relaxed, Scope::device>(p, v);
 }
 
-ANYEP_HD ANYEP_INLINE void store_release_system(uint64_t* p, uint64_t v) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-#elif defined(ANYEP_DEVICE_PASS)
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-#endif
-}
-
-ANYEP_HD ANYEP_INLINE uint32_t load_acquire_system(const uint32_t* p) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-#elif defined(ANYEP_DEVICE_PASS)
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-#endif
-}
-
-ANYEP_HD ANYEP_INLINE void store_release_system(uint32_t* p, uint32_t v) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-#elif defined(ANYEP_DEVICE_PASS)
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-#endif
-}
-
-// Signed 32-bit signal words (LL kernels): the same scoped accesses as above on int32_t.
-ANYEP_HD ANYEP_INLINE int32_t load_acquire_system(const int32_t* p) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  int32_t v;
-  asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-#elif defined(ANYEP_DEVICE_PASS)
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-#endif
-}
-
-// Release at system scope orders every write this thread made or observed before the store, for
-// readers on any GPU and on the host.
-ANYEP_HD ANYEP_INLINE void store_release_system(int32_t* p, int32_t v) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-#elif defined(ANYEP_DEVICE_PASS)
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-#endif
+// Acquire load at device scope (values other blocks of this GPU publish with a release: flags,
+// counts, cached copies of a host index).
+template <typename T>
+ANYEP_HD ANYEP_INLINE T load_acquire_device(const T* p) {
+  return atomic_load<Order::acquire, Scope::device>(p);
 }
 
 // Release at device scope: as store_release_system for readers on this GPU only.
-ANYEP_HD ANYEP_INLINE void store_release_device(int32_t* p, int32_t v) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-#elif defined(ANYEP_DEVICE_PASS)
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-#endif
-}
-
-ANYEP_HD ANYEP_INLINE void store_release_device(uint64_t* p, uint64_t v) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-#elif defined(ANYEP_DEVICE_PASS)
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-#endif
-}
-
-// Acquire load at device scope (pairs with atomic_add_release_device of other blocks of this GPU).
-ANYEP_HD ANYEP_INLINE int32_t load_acquire_device(const int32_t* p) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  int32_t v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-#elif defined(ANYEP_DEVICE_PASS)
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-#endif
+template <typename T>
+ANYEP_HD ANYEP_INLINE void store_release_device(T* p, detail::same_t<T> v) {
+  atomic_store<Order::release, Scope::device>(p, v);
 }
 
 // Add with release at device scope, result unused (a completion count: the adder's earlier
 // writes, and what it observed, happen-before a reader's acquire of the count).
-ANYEP_HD ANYEP_INLINE void atomic_add_release_device(int32_t* p, int32_t v) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-#elif defined(ANYEP_DEVICE_PASS)
-  __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  __atomic_fetch_add(p, v, __ATOMIC_RELEASE);
-#endif
+template <typename T>
+ANYEP_HD ANYEP_INLINE void atomic_add_release_device(T* p, detail::same_t<T> v) {
+  atomic_add<Order::release, Scope::device>(p, v);
 }
 
 // Add with acquire and release at device scope; returns the old value (a completion count whose
 // last adder publishes what every adder wrote: its acquire covers their releases).
-ANYEP_HD ANYEP_INLINE int32_t atomic_add_acq_rel_device(int32_t* p, int32_t v) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  int32_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-#elif defined(ANYEP_DEVICE_PASS)
-  return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
-#endif
+template <typename T>
+ANYEP_HD ANYEP_INLINE T atomic_add_acq_rel_device(T* p, detail::same_t<T> v) {
+  return atomic_fetch_add<Order::acq_rel, Scope::device>(p, v);
+}
+
+// Monotonic max with release at device scope (cached copies of a host index only move forward;
+// release passes on what the caller acquired with the value it publishes).
+template <typename T>
+ANYEP_HD ANYEP_INLINE void atomic_max_release_device(T* p, detail::same_t<T> v) {
+  atomic_max<Order::release, Scope::device>(p, v);
+}
+
+// Acquire load at system scope: everything the writer (host or GPU) wrote before its release
+// store of this value is visible to the reader afterwards.
+template <typename T>
+ANYEP_HD ANYEP_INLINE T load_acquire_system(const T* p) {
+  return atomic_load<Order::acquire, Scope::system>(p);
+}
+
+// Release at system scope orders every write this thread made or observed before the store, for
+// readers on any GPU and on the host.
+template <typename T>
+ANYEP_HD ANYEP_INLINE void store_release_system(T* p, detail::same_t<T> v) {
+  atomic_store<Order::release, Scope::system>(p, v);
+}
+
+// Monotonic max at system scope with release (a consumer's running total in a peer's memory:
+// stores from several warps may race, the largest wins, and the slots read before it are free).
+template <typename T>
+ANYEP_HD ANYEP_INLINE void atomic_max_release_system(T* p, detail::same_t<T> v) {
+  atomic_max<Order::release, Scope::system>(p, v);
 }
 
 // Publish 16 bytes {lo, hi} to host-visible memory with release semantics at system scope.
@@ -333,22 +400,22 @@ ANYEP_DEVICE ANYEP_INLINE void store16(void* p, const uint4& v) { *reinterpret_c
 
 #if defined(__HIPCC__)
 namespace detail {
-// AMD: `*p` as relaxed atomic loads at HIP memory scope `Scope` (32-bit words, or one 8/16-bit
-// load for a smaller V): coherent at that scope, past the non-coherent per-CU cache.
-template <int Scope, typename V>
+// AMD: `*p` as relaxed atomic loads at scope S (32-bit words, or one 8/16-bit load for a smaller
+// V): coherent at that scope, past the non-coherent per-CU cache.
+template <Scope S, typename V>
 ANYEP_DEVICE ANYEP_INLINE V load_words_relaxed(const V* p) {
   V v;
   if constexpr (sizeof(V) % 4 == 0) {
     uint32_t* w = reinterpret_cast<uint32_t*>(&v);
     const uint32_t* s = reinterpret_cast<const uint32_t*>(p);
 #pragma unroll
-    for (unsigned i = 0; i < sizeof(V) / 4; ++i) w[i] = __hip_atomic_load(s + i, __ATOMIC_RELAXED, Scope);
+    for (unsigned i = 0; i < sizeof(V) / 4; ++i) w[i] = __hip_atomic_load(s + i, __ATOMIC_RELAXED, kHipScope<S>);
   } else if constexpr (sizeof(V) == 2) {
-    const uint16_t h = __hip_atomic_load(reinterpret_cast<const uint16_t*>(p), __ATOMIC_RELAXED, Scope);
+    const uint16_t h = __hip_atomic_load(reinterpret_cast<const uint16_t*>(p), __ATOMIC_RELAXED, kHipScope<S>);
     memcpy(&v, &h, 2);
   } else {
     static_assert(sizeof(V) == 1, "a 1-, 2- or 4k-byte type");
-    const uint8_t b = __hip_atomic_load(reinterpret_cast<const uint8_t*>(p), __ATOMIC_RELAXED, Scope);
+    const uint8_t b = __hip_atomic_load(reinterpret_cast<const uint8_t*>(p), __ATOMIC_RELAXED, kHipScope<S>);
     memcpy(&v, &b, 1);
   }
   return v;
@@ -367,7 +434,7 @@ ANYEP_DEVICE ANYEP_INLINE V load_l2(const V* p) {
 #if defined(__CUDA_ARCH__)
   return __ldcg(p);
 #elif defined(__HIPCC__)
-  return detail::load_words_relaxed<__HIP_MEMORY_SCOPE_AGENT>(p);
+  return detail::load_words_relaxed<Scope::device>(p);
 #else
   return *p;
 #endif
@@ -378,7 +445,7 @@ ANYEP_DEVICE ANYEP_INLINE V load_uncached(const V* p) {
 #if defined(__CUDA_ARCH__)
   return __ldcv(p);
 #elif defined(__HIPCC__)
-  return detail::load_words_relaxed<__HIP_MEMORY_SCOPE_SYSTEM>(p);
+  return detail::load_words_relaxed<Scope::system>(p);
 #else
   return *p;
 #endif
@@ -765,7 +832,7 @@ ANYEP_HD ANYEP_INLINE void spin_pause() {
 #endif
 }
 
-// ---- warp votes and barriers, system-scope max (high-throughput kernels) -------------------------
+// ---- warp votes and barriers (high-throughput kernels) -------------------------------------------
 
 // Bit i set when lane i of `mask` passes a true `pred` (all lanes of `mask` must call this).
 ANYEP_HD ANYEP_INLINE uint64_t warp_ballot(uint64_t mask, bool pred) {
@@ -799,20 +866,6 @@ ANYEP_HD ANYEP_INLINE void warp_sync(uint64_t mask) {
 ANYEP_HD ANYEP_INLINE uint64_t lanes_below() {
   const int l = warp_lane();
   return l == 0 ? 0 : (~uint64_t{0} >> (64 - l));
-}
-
-// Monotonic max at system scope with release (a consumer's running total in a peer's memory:
-// stores from several warps may race, the largest wins, and the slots read before it are free).
-ANYEP_HD ANYEP_INLINE void atomic_max_release_system(uint64_t* p, uint64_t v) {
-#if defined(ANYEP_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  asm volatile("red.release.sys.global.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-#elif defined(ANYEP_DEVICE_PASS)
-  __hip_atomic_fetch_max(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
-  }
-#endif
 }
 
 }  // namespace anyep::port
