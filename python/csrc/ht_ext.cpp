@@ -18,6 +18,7 @@
 #include "py_bootstrap.h"
 #include "runtime/ht/buffer.h"
 #include "runtime/ht/internode.h"
+#include "runtime/ht/internode_plan.h"
 #include "runtime/ht/topology.h"
 #include "tensor_convert.h"
 
@@ -219,19 +220,8 @@ class HTInternode {
                      int64_t num_experts, int64_t expert_alignment, int64_t num_worst_tokens, int64_t num_sms,
                      int64_t chunk_send, int64_t chunk_recv, uintptr_t stream) {
     const rt::TensorRef xr = ref(x, "x"), sr = ref(x_scales, "x_scales"), ir = ref(topk_idx, "topk_idx");
-    if (xr.ndim != 2)
-      throw InvalidArgument("anyep HT internode: x must be 2-D [num_tokens, hidden], got " + rt::shape_str(xr));
-    if (ir.ndim != 2 || ir.shape[0] != xr.shape[0])
-      throw InvalidArgument("anyep HT internode: topk_idx must be [" + std::to_string(xr.shape[0]) +
-                            ", num_topk], got " + rt::shape_str(ir));
-    rt::HTInternodeRows rows;
-    rows.hidden = xr.shape[1];
-    rows.x_dtype = xr.dtype;
-    if (sr.present()) {
-      if (sr.ndim != 2) throw InvalidArgument("anyep HT internode: x_scales must be 2-D, got " + rt::shape_str(sr));
-      rows.scale_dtype = sr.dtype;
-      rows.scale_cols = sr.shape[1];
-    }
+    const rt::HTInternodeRows rows = rt::ht_internode_rows(xr, sr, ir);  // the shapes the tables are sized by
+    const rt::HTConfig config = config_of(num_sms, chunk_send, chunk_recv);
     c10::cuda::CUDAGuard guard(rt_->device());
     const cudaStream_t s = stream_or_current(stream);
     const int64_t N = xr.shape[0], K = ir.shape[1], nodes = rt_->nodes(), k = rt_->ranks_per_node();
@@ -250,23 +240,16 @@ class HTInternode {
     }
     // The node stage's tables, sized now that the forwarded rows are known.
     const int64_t m1 = counts.forward_rows;
-    ht::Geometry g;
-    if (const char* why = ht::make_geometry(
-            static_cast<int>(k), static_cast<int>(num_sms), static_cast<int>(chunk_send), static_cast<int>(chunk_recv),
-            ht::dispatch_slot_bytes(static_cast<uint64_t>(rows.hidden) * rt::dtype_bytes(rows.x_dtype),
-                                    static_cast<int>(rows.scale_cols), static_cast<int>(K)),
-            &g))
-      throw InvalidArgument(std::string("anyep HT internode: the config: ") + why);
+    const int64_t channels = rt::ht_internode_node_channels(rows, K, static_cast<int>(k), config);
     pass->topk_node = at::empty({m1, K}, i64);
     pass->ntpr = at::empty({k}, i32);
     pass->ntpe = at::empty({num_experts / num_ranks_ * k}, i32);
     pass->itir = at::empty({m1, k}, o.dtype(at::kBool));
     pass->rpm = at::empty({k, k}, i32);
-    pass->cpm = at::empty({k, g.channels}, i32);
+    pass->cpm = at::empty({k, channels}, i32);
     {
       py::gil_scoped_release nogil;  // the host waits for the node's counts
-      pass->route = rt_->route_finish(counts, pass->tables(), config_of(num_sms, chunk_send, chunk_recv),
-                                      expert_alignment, num_worst_tokens, s);
+      pass->route = rt_->route_finish(counts, pass->tables(), config, expert_alignment, num_worst_tokens, s);
     }
     // The node dispatch fills the pass's rcpm, recv_src_idx and send_head (combine's tables).
     const DispatchOutputs r(rt::ht_dispatch_outputs(pass->route.node_plan, pass->route.num_recv, rt_->node_info()), o);

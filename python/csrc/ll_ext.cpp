@@ -117,10 +117,10 @@ class LLBuffer {
     out.src_info = ref(src_info, "src_info");
     out.layout_range = ref(layout_range, "layout_range");
 
-    ll_trace("dispatch", staged ? "launch, send phase (runtime: checks, topk values, kernel arguments)"
-                                : "launch, both phases (runtime: checks, topk values, kernel arguments)");
+    ll_trace("dispatch", staged ? "launch, send phase (runtime: output checks, topk values, kernel arguments)"
+                                : "launch, both phases (runtime: output checks, topk values, kernel arguments)");
     const rt::LLCall call =
-        rt::dispatch(*rt_, in, out, staged ? ll::kPhaseSend : ll::kPhaseBoth, stream_or_current(launch_stream));
+        rt::dispatch(*rt_, in, plan, out, staged ? ll::kPhaseSend : ll::kPhaseBoth, stream_or_current(launch_stream));
     py::object hook = recv_hook(call, staged,
                                 {x, topk_idx, recv_x, scales, recv_count, src_info, layout_range,
                                  cum_stats.value_or(at::Tensor()), wait_stats.value_or(at::Tensor())});
@@ -153,9 +153,9 @@ class LLBuffer {
     c10::cuda::CUDAGuard guard(rt_->device());
     at::Tensor result = out ? *out : allocate(plan.out, x.options());
 
-    ll_trace("combine", staged ? "launch, send phase (runtime: checks, topk values, kernel arguments)"
-                               : "launch, both phases (runtime: checks, topk values, kernel arguments)");
-    const rt::LLCall call = rt::combine(*rt_, in, ref(result, "out"), staged ? ll::kPhaseSend : ll::kPhaseBoth,
+    ll_trace("combine", staged ? "launch, send phase (runtime: output check, topk values, kernel arguments)"
+                               : "launch, both phases (runtime: output check, topk values, kernel arguments)");
+    const rt::LLCall call = rt::combine(*rt_, in, plan, ref(result, "out"), staged ? ll::kPhaseSend : ll::kPhaseBoth,
                                         stream_or_current(launch_stream));
     py::object hook = recv_hook(
         call, staged, {x, topk_idx, topk_weights, src_info, layout_range, result, wait_stats.value_or(at::Tensor())});

@@ -16,7 +16,7 @@ namespace {
 bool is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
 
 #if ANYEP_WITH_GPU
-void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "channel", what); }
+constexpr const char* kWho = "channel";  // what cuda_check's messages start with
 #endif
 
 // Per ring: slots, then RingShared. The slot array is rounded up to a cache line so RingShared
@@ -64,16 +64,16 @@ Channel::Channel(const ChannelConfig& cfg) : cfg_(cfg) {
   uint8_t* host_dev_view = nullptr;  // how producers address host_block_
   if (cfg.producer == ProducerKind::kGpu) {
 #if ANYEP_WITH_GPU
-    cuda_check(cudaSetDevice(cfg.cuda_device), "cudaSetDevice");
-    cuda_check(cudaHostAlloc(&host_block_, total, cudaHostAllocMapped | cudaHostAllocPortable),
+    cuda_check(cudaSetDevice(cfg.cuda_device), kWho, "cudaSetDevice");
+    cuda_check(cudaHostAlloc(&host_block_, total, cudaHostAllocMapped | cudaHostAllocPortable), kWho,
                "cudaHostAlloc(ring slots)");
     std::memset(host_block_, 0, total);
     void* dv = nullptr;
-    cuda_check(cudaHostGetDevicePointer(&dv, host_block_, 0), "cudaHostGetDevicePointer");
+    cuda_check(cudaHostGetDevicePointer(&dv, host_block_, 0), kWho, "cudaHostGetDevicePointer");
     host_dev_view = static_cast<uint8_t*>(dv);
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&counters_), counter_bytes), "cudaMalloc(ring counters)");
-    cuda_check(cudaMemset(counters_, 0, counter_bytes), "cudaMemset(ring counters)");
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&handles_dev_), handle_bytes), "cudaMalloc(ring handles)");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&counters_), counter_bytes), kWho, "cudaMalloc(ring counters)");
+    cuda_check(cudaMemset(counters_, 0, counter_bytes), kWho, "cudaMemset(ring counters)");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&handles_dev_), handle_bytes), kWho, "cudaMalloc(ring handles)");
 #else
     throw Unsupported("channel: GPU producers need a GPU build (configure with ANYEP_GPU=cuda or ANYEP_GPU=hip)");
 #endif
@@ -105,7 +105,7 @@ Channel::Channel(const ChannelConfig& cfg) : cfg_(cfg) {
   }
   if (cfg.producer == ProducerKind::kGpu) {
 #if ANYEP_WITH_GPU
-    cuda_check(cudaMemcpy(handles_dev_, handles_.data(), handle_bytes, cudaMemcpyHostToDevice),
+    cuda_check(cudaMemcpy(handles_dev_, handles_.data(), handle_bytes, cudaMemcpyHostToDevice), kWho,
                "cudaMemcpy(ring handles)");
 #endif
   } else {

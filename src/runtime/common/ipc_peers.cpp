@@ -63,4 +63,38 @@ uint8_t* open_ipc_peer(const IpcRecord& rec, int device, const char* who) {
   return static_cast<uint8_t*>(p);
 }
 
+IpcPeers::IpcPeers(int num_ranks, const char* label)
+    : host_(static_cast<size_t>(num_ranks), nullptr),
+      opened_(static_cast<size_t>(num_ranks), false),
+      table_(sizeof(uint8_t*) * static_cast<size_t>(num_ranks), label) {}
+
+void IpcPeers::open(const std::vector<IpcRecord>& recs, int self, uint8_t* local, int device, bool open_peers,
+                    const char* who) {
+  for (int r = 0; r < size(); ++r) {
+    if (opened_[r]) continue;  // a repeated connect keeps its mappings
+    if (r == self) {
+      host_[r] = local;
+    } else if (open_peers) {
+      host_[r] = open_ipc_peer(recs[r], device, who);  // null: no direct path
+      opened_[r] = host_[r] != nullptr;
+    }
+  }
+  cuda_check(cudaMemcpy(table_.data(), host_.data(), sizeof(uint8_t*) * host_.size(), cudaMemcpyHostToDevice), who,
+             "upload the peer table");
+}
+
+void IpcPeers::close() noexcept {
+  for (size_t r = 0; r < host_.size(); ++r)
+    if (opened_[r]) cudaIpcCloseMemHandle(host_[r]);
+  host_.assign(host_.size(), nullptr);
+  opened_.assign(opened_.size(), false);
+  table_.reset();
+}
+
+int IpcPeers::first_unreachable() const {
+  for (int r = 0; r < size(); ++r)
+    if (!host_[r]) return r;
+  return -1;
+}
+
 }  // namespace anyep::runtime

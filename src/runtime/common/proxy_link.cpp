@@ -35,7 +35,6 @@ ProxyLink::ProxyLink(std::string label, int num_ranks, int device,
                      transport::MemKind kind, uint32_t ranks_per_node, bool elastic, transport::Bootstrap& boot)
     : label_(std::move(label)) {
   const std::string who = "anyep " + label_ + " proxy";
-  auto cuda_check = [&](cudaError_t e, const std::string& what) { anyep::cuda_check(e, who.c_str(), what); };
   if (endpoints.empty()) throw InvalidArgument(who + ": no transport endpoints");
   // Command offsets are 32-bit in 16-byte units: the whole buffer must be within reach.
   if (bytes > channel::cmd::kMaxOffset)
@@ -53,45 +52,34 @@ ProxyLink::ProxyLink(std::string label, int num_ranks, int device,
   cc.timeout_ns = env::get_duration_ns("ANYEP_TIMEOUT_S");
   channel_ = std::make_unique<channel::Channel>(cc);
 
-  cuda_check(cudaSetDevice(device), "cudaSetDevice");
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&counters_host_), sizeof(unsigned long long) * kNumCounters,
-                           cudaHostAllocMapped | cudaHostAllocPortable),
-             "cudaHostAlloc signal counters");
-  std::memset(counters_host_, 0, sizeof(unsigned long long) * kNumCounters);
-  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&counters_dev_), counters_host_, 0),
-             "map signal counters");
+  cuda_check(cudaSetDevice(device), who, "cudaSetDevice");
+  counters_ = MappedHostRegion(sizeof(unsigned long long) * kNumCounters, (who + " signal counters").c_str(),
+                               cudaHostAllocPortable);
 
   proxy::ProxyConfig pc = proxy::ProxyConfig::from_env();
   pc.num_tags = static_cast<uint32_t>(num_proxy_tags(num_ranks));
-  pc.counters = reinterpret_cast<uint64_t*>(counters_host_);
+  pc.counters = counters_.host_as<uint64_t>();
   pc.num_counters = static_cast<uint32_t>(kNumCounters);
   if (ranks_per_node > 0) pc.ranks_per_node = ranks_per_node;
   pc.drop_failed_peers = elastic;
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "kernel and proxy counters share one layout");
-  try {
-    proxy_ =
-        std::make_unique<proxy::Proxy>(pc, *channel_, std::move(endpoints),
-                                       std::vector<proxy::Region>{{label_ + " buffer", buffer, bytes, kind}}, boot);
-    proxy_->start();
-  } catch (...) {
-    cudaFreeHost(counters_host_);
-    counters_host_ = nullptr;
-    throw;
-  }
+  // A throw from here on frees what was built (members), the counters last.
+  proxy_ = std::make_unique<proxy::Proxy>(pc, *channel_, std::move(endpoints),
+                                          std::vector<proxy::Region>{{label_ + " buffer", buffer, bytes, kind}}, boot);
+  proxy_->start();
 }
 
 ProxyLink::~ProxyLink() {
   if (proxy_) proxy_->stop();
   proxy_.reset();
   channel_.reset();
-  if (counters_host_) cudaFreeHost(counters_host_);
-}
+}  // then counters_ (declared first) is freed
 
 ProxyPath ProxyLink::path() const {
   ProxyPath p;
   p.rings = channel_->producer_array();
   p.num_rings = static_cast<int>(channel_->num_rings());
-  p.counters = counters_dev_;
+  p.counters = counters_.device_as<unsigned long long>();
   return p;
 }
 
@@ -109,7 +97,7 @@ void ProxyLink::check() const {
 }
 
 // The barrier's counters (after kNumResetCounters) only grow: the elastic barrier counts arrivals.
-void ProxyLink::clear_counters() { std::memset(counters_host_, 0, sizeof(unsigned long long) * kNumResetCounters); }
+void ProxyLink::clear_counters() { std::memset(counters_.host(), 0, sizeof(unsigned long long) * kNumResetCounters); }
 
 std::string ProxyLink::dropped_peers() const {
   std::string out;

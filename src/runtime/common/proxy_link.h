@@ -17,6 +17,7 @@
 #include "kernels/common/proxy_path.h"
 #include "proxy/proxy.h"
 #include "runtime/common/path.h"
+#include "runtime/common/region.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/transport.h"
 
@@ -53,10 +54,9 @@ class ProxyLink {
   std::string dropped_peers() const;
 
  private:
+  MappedHostRegion counters_;  // unsigned long long [kNumCounters]; first: freed after the proxy is gone
   std::unique_ptr<channel::Channel> channel_;
   std::unique_ptr<proxy::Proxy> proxy_;
-  unsigned long long* counters_host_ = nullptr;
-  unsigned long long* counters_dev_ = nullptr;
   std::string label_;
   std::string transport_name_;
 };

@@ -16,7 +16,7 @@ namespace {
 
 constexpr uint32_t kHTRecordMagic = 0x41485431;  // "AHT1"
 
-void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep HT", what); }
+constexpr const char* kWho = "anyep HT";  // what cuda_check's messages start with
 
 template <typename T>
 T* ptr(const TensorRef& t) {
@@ -38,30 +38,21 @@ HTBuffer::HTBuffer(int rank, int num_ranks, int64_t num_bytes, int device)
     throw InvalidArgument("anyep HT: num_nvl_bytes=" + to_string(num_bytes) + " is below the " +
                           to_string(ht::kRingsOff) + " bytes of control data (see Config.get_nvl_buffer_size_hint)");
   if (device < 0) {
-    cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+    cuda_check(cudaGetDevice(&device_), kWho, "cudaGetDevice");
   } else {
     device_ = device;
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
   }
-  cuda_check(preload_kernels(), "load the anyep kernels (kernels/preload.h)");
-  cuda_check(cudaDeviceGetAttribute(&device_sms_, cudaDevAttrMultiProcessorCount, device_), "SM count");
-  cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)), "cudaMalloc HT region");
+  cuda_check(preload_kernels(), kWho, "load the anyep kernels (kernels/preload.h)");
+  cuda_check(cudaDeviceGetAttribute(&device_sms_, cudaDevAttrMultiProcessorCount, device_), kWho, "SM count");
+  region_ = DeviceRegion(static_cast<size_t>(num_bytes), "anyep HT region", false);
   // Only the control part needs zeroes (barrier words, ring totals); ring slots are written before read.
-  cuda_check(cudaMemset(local_, 0, ht::kRingsOff), "zero HT control data");
-  cuda_check(cudaMalloc(reinterpret_cast<void**>(&dev_peers_), sizeof(uint8_t*) * num_ranks), "cudaMalloc peer table");
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(ErrorRecord), cudaHostAllocMapped),
-             "cudaHostAlloc error record");
-  std::memset(err_host_, 0, sizeof(ErrorRecord));
-  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev_), err_host_, 0), "map error record");
-  const size_t cbytes = sizeof(int32_t) * (1 + ht::kMaxLocalExperts);
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&counters_host_), cbytes, cudaHostAllocMapped),
-             "cudaHostAlloc receive counters");
-  std::memset(counters_host_, 0xff, cbytes);
-  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&counters_dev_), counters_host_, 0),
-             "map receive counters");
-  cuda_check(cudaDeviceSynchronize(), "HT buffer set-up");
-  host_peers_.assign(num_ranks, nullptr);
-  opened_.assign(num_ranks, false);
+  region_.zero(ht::kRingsOff);
+  err_ = MappedHostRegion(sizeof(ErrorRecord), "anyep HT error record");
+  counters_ = MappedHostRegion(sizeof(int32_t) * (1 + ht::kMaxLocalExperts), "anyep HT receive counters");
+  std::memset(counters_.host(), 0xff, counters_.size());
+  peers_ = IpcPeers(num_ranks, "anyep HT peer table");
+  cuda_check(cudaDeviceSynchronize(), kWho, "HT buffer set-up");
   timeout_ns_ = env::get_duration_ns("ANYEP_TIMEOUT_S");
 }
 
@@ -77,46 +68,30 @@ void HTBuffer::destroy() {
   if (destroyed_) return;
   destroyed_ = true;
   cudaSetDevice(device_);
-  cudaDeviceSynchronize();
-  for (int r = 0; r < num_ranks_; ++r)
-    if (opened_[r]) cudaIpcCloseMemHandle(host_peers_[r]);
-  if (dev_peers_) cudaFree(dev_peers_);
-  if (local_) cudaFree(local_);
-  if (err_host_) cudaFreeHost(err_host_);
-  if (counters_host_) cudaFreeHost(counters_host_);
-  dev_peers_ = nullptr;
-  local_ = nullptr;
-  err_host_ = err_dev_ = nullptr;
-  counters_host_ = counters_dev_ = nullptr;
-  host_peers_.assign(num_ranks_, nullptr);
+  cudaDeviceSynchronize();  // no kernel of this rank still uses the memory below
+  peers_.close();           // the peers' regions are unmapped before this one is freed
+  region_.reset();
+  err_.reset();
+  counters_.reset();
   connected_ = false;
 }
 
 std::vector<uint8_t> HTBuffer::local_info() const {
   if (destroyed_) throw InvalidArgument("anyep HT: buffer was destroyed");
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  return make_ipc_record(kHTRecordMagic, rank_, device_, local_, num_bytes_);
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  return make_ipc_record(kHTRecordMagic, rank_, device_, region_.data(), num_bytes_);
 }
 
 void HTBuffer::connect(const std::vector<std::vector<uint8_t>>& infos) {
   if (destroyed_) throw InvalidArgument("anyep HT: buffer was destroyed");
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
   const std::vector<IpcRecord> recs =
       parse_ipc_records(infos, kHTRecordMagic, num_ranks_, num_bytes_, "anyep HT connect");
-  for (int r = 0; r < num_ranks_; ++r) {
-    if (r == rank_) {
-      host_peers_[r] = local_;
-      continue;
-    }
-    host_peers_[r] = open_ipc_peer(recs[r], device_, "anyep HT connect");
-    opened_[r] = host_peers_[r] != nullptr;
-    if (!host_peers_[r])
-      throw Unsupported("anyep HT: rank " + std::to_string(r) +
-                        " is not reachable by direct stores (NVLink/CUDA IPC) from rank " + std::to_string(rank_) +
-                        "; high-throughput mode over the proxy (internode) is not built yet");
-  }
-  cuda_check(cudaMemcpy(dev_peers_, host_peers_.data(), sizeof(uint8_t*) * num_ranks_, cudaMemcpyHostToDevice),
-             "upload peer table");
+  peers_.open(recs, rank_, region_.data(), device_, true, "anyep HT connect");
+  if (const int r = peers_.first_unreachable(); r >= 0)
+    throw Unsupported("anyep HT: rank " + std::to_string(r) +
+                      " is not reachable by direct stores (NVLink/CUDA IPC) from rank " + std::to_string(rank_) +
+                      "; high-throughput mode over the proxy (internode) is not built yet");
   connected_ = true;
 }
 
@@ -131,9 +106,9 @@ ht::Ctx HTBuffer::ctx() const {
   ht::Ctx x;
   x.rank = rank_;
   x.R = num_ranks_;
-  x.local = local_;
-  x.peers = dev_peers_;
-  x.err = err_dev_;
+  x.local = region_.data();
+  x.peers = peers_.device_table();
+  x.err = err_.device_as<ErrorRecord>();
   x.timeout_ns = timeout_ns_;
   return x;
 }
@@ -142,7 +117,7 @@ void HTBuffer::ready() const {
   if (destroyed_) throw InvalidArgument("anyep HT: buffer was destroyed");
   if (!connected_) throw InvalidArgument("anyep HT: buffer not connected");
   check_error();
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
 }
 
 void HTBuffer::get_dispatch_layout(const HTLayoutIn& in, const HTLayoutPlan& p, const TensorRef& ntpr,
@@ -160,9 +135,9 @@ void HTBuffer::get_dispatch_layout(const HTLayoutIn& in, const HTLayoutPlan& p, 
   a.num_tokens_per_rank = ptr<int32_t>(ntpr);
   a.num_tokens_per_expert = ptr<int32_t>(ntpe);
   a.is_token_in_rank = ptr<bool>(itir);
-  a.err = err_dev_;
+  a.err = err_.device_as<ErrorRecord>();
   a.rank = rank_;
-  cuda_check(ht::launch_layout(a, stream), "get_dispatch_layout launch");
+  cuda_check(ht::launch_layout(a, stream), kWho, "get_dispatch_layout launch");
 }
 
 HTBuffer::Counts HTBuffer::notify(const HTDispatchIn& in, const HTDispatchPlan& p, const TensorRef& rpm,
@@ -170,7 +145,7 @@ HTBuffer::Counts HTBuffer::notify(const HTDispatchIn& in, const HTDispatchPlan& 
   ready();
   Counts out;
   if (p.cached) {
-    cuda_check(ht::launch_barrier(ctx(), stream), "HT barrier launch");
+    cuda_check(ht::launch_barrier(ctx(), stream), kWho, "HT barrier launch");
     out.num_recv = in.cached_num_recv_tokens;
     return out;
   }
@@ -191,12 +166,13 @@ HTBuffer::Counts HTBuffer::notify(const HTDispatchIn& in, const HTDispatchPlan& 
   a.channel_prefix_matrix = ptr<int32_t>(cpm);
   // With num_worst_tokens nothing waits on the counters (and a pending write could race with the
   // next call's reset): the kernel gets none.
+  int32_t* const counts = counters_.host_as<int32_t>();
   if (!worst) {
-    for (int i = 0; i <= L; ++i) __atomic_store_n(counters_host_ + i, -1, __ATOMIC_RELEASE);
-    a.recv_counter = counters_dev_;
-    a.recv_expert_counter = counters_dev_ + 1;
+    for (int i = 0; i <= L; ++i) __atomic_store_n(counts + i, -1, __ATOMIC_RELEASE);
+    a.recv_counter = counters_.device_as<int32_t>();
+    a.recv_expert_counter = counters_.device_as<int32_t>() + 1;
   }
-  cuda_check(ht::launch_notify(a, stream), "HT notify launch");
+  cuda_check(ht::launch_notify(a, stream), kWho, "HT notify launch");
   if (worst) {
     out.num_recv = in.num_worst_tokens;
     return out;
@@ -206,8 +182,8 @@ HTBuffer::Counts HTBuffer::notify(const HTDispatchIn& in, const HTDispatchPlan& 
   const auto start = std::chrono::steady_clock::now();
   const auto limit = std::chrono::nanoseconds(2 * timeout_ns_) + std::chrono::seconds(10);
   for (int spins = 0;; ++spins) {
-    bool done = __atomic_load_n(counters_host_, __ATOMIC_ACQUIRE) >= 0;
-    for (int i = 1; i <= L && done; ++i) done = __atomic_load_n(counters_host_ + i, __ATOMIC_ACQUIRE) >= 0;
+    bool done = __atomic_load_n(counts, __ATOMIC_ACQUIRE) >= 0;
+    for (int i = 1; i <= L && done; ++i) done = __atomic_load_n(counts + i, __ATOMIC_ACQUIRE) >= 0;
     if (done) break;
     check_error();
     if (std::chrono::steady_clock::now() - start > limit)
@@ -216,8 +192,8 @@ HTBuffer::Counts HTBuffer::notify(const HTDispatchIn& in, const HTDispatchPlan& 
                          "a peer missing from the call, or the GPU busy with earlier work)");
     if (spins > 1000) std::this_thread::yield();
   }
-  out.num_recv = counters_host_[0];
-  out.per_expert.assign(counters_host_ + 1, counters_host_ + 1 + L);
+  out.num_recv = counts[0];
+  out.per_expert.assign(counts + 1, counts + 1 + L);
   return out;
 }
 
@@ -260,7 +236,7 @@ void HTBuffer::dispatch(const HTDispatchIn& in, const HTDispatchPlan& p, int64_t
   a.recv_topk_weights = ptr<float>(o.recv_topk_weights);
   a.recv_channel_prefix_matrix = ptr<int32_t>(o.recv_channel_prefix_matrix);
   a.send_head = ptr<int32_t>(o.send_head);
-  cuda_check(ht::launch_dispatch(a, stream), "HT dispatch launch");
+  cuda_check(ht::launch_dispatch(a, stream), kWho, "HT dispatch launch");
 }
 
 void HTBuffer::combine(const HTCombineIn& in, const HTCombinePlan& p, const TensorRef& out,
@@ -268,7 +244,7 @@ void HTBuffer::combine(const HTCombineIn& in, const HTCombinePlan& p, const Tens
   ready();
   expect_output(out, p.out, "combined_x", device_);
   if (p.out_weights.present) expect_output(out_weights, p.out_weights, "combined_topk_weights", device_);
-  cuda_check(ht::launch_barrier(ctx(), stream), "HT barrier launch");
+  cuda_check(ht::launch_barrier(ctx(), stream), kWho, "HT barrier launch");
   ht::CombineArgs a;
   a.x = ctx();
   a.g = p.g;
@@ -285,18 +261,19 @@ void HTBuffer::combine(const HTCombineIn& in, const HTCombinePlan& p, const Tens
   a.send_head = ptr<const int32_t>(in.send_head);
   a.out = ptr<uint16_t>(out);
   a.out_topk_weights = p.out_weights.present ? ptr<float>(out_weights) : nullptr;
-  cuda_check(ht::launch_combine(a, stream), "HT combine launch");
+  cuda_check(ht::launch_combine(a, stream), kWho, "HT combine launch");
 }
 
 void HTBuffer::check_error() const {
-  if (!err_host_) return;
-  const uint32_t code = __atomic_load_n(&err_host_->code, __ATOMIC_ACQUIRE);
+  if (!err_) return;
+  ErrorRecord* const rec = err_.host_as<ErrorRecord>();
+  const uint32_t code = __atomic_load_n(&rec->code, __ATOMIC_ACQUIRE);
   if (code == kErrNone) return;
-  const ErrorRecord e = *err_host_;
+  const ErrorRecord e = *rec;
   // Bad input found on the device leaves the rings drained (consistent): clear the record, so the
   // error is raised once and the next call runs.
   if (code == ht::kErrBadExpert || code == ht::kErrWorstTooSmall || code == ht::kErrCountsMismatch)
-    std::memset(err_host_, 0, sizeof(ErrorRecord));
+    std::memset(rec, 0, sizeof(ErrorRecord));
   using std::to_string;
   std::string m = "anyep HT: rank " + to_string(e.rank) + ": ";
   switch (code) {

@@ -16,6 +16,8 @@
 
 #include "common/gpu_runtime.h"
 #include "kernels/ht/kernels.h"
+#include "runtime/common/ipc_peers.h"
+#include "runtime/common/region.h"
 #include "runtime/ht/validate.h"
 
 namespace anyep::runtime {
@@ -71,14 +73,10 @@ class HTBuffer {
   void ready() const;  // connected, not destroyed, no pending error; selects the device
   int rank_, num_ranks_, device_ = 0, device_sms_ = 0;
   int64_t num_bytes_;
-  uint8_t* local_ = nullptr;
-  uint8_t** dev_peers_ = nullptr;
-  std::vector<uint8_t*> host_peers_;
-  std::vector<bool> opened_;
-  ErrorRecord* err_host_ = nullptr;
-  ErrorRecord* err_dev_ = nullptr;
-  int32_t* counters_host_ = nullptr;  // [1 + kMaxLocalExperts], host-mapped
-  int32_t* counters_dev_ = nullptr;
+  DeviceRegion region_;        // the symmetric HT region
+  MappedHostRegion err_;       // ErrorRecord
+  MappedHostRegion counters_;  // int32 [1 + kMaxLocalExperts]: the receive counts notify publishes
+  IpcPeers peers_;             // after the regions: destroyed (its mappings closed) before they are freed
   uint64_t timeout_ns_ = 0;
   bool connected_ = false, destroyed_ = false;
 };

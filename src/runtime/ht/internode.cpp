@@ -16,7 +16,7 @@ namespace {
 
 using std::to_string;
 
-void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep HT internode", what); }
+constexpr const char* kWho = "anyep HT internode";  // what cuda_check's messages start with
 
 constexpr int kCounts = ht::internode::kMaxNodes;  // counts_[0, kCounts): sent, [kCounts, 2 kCounts): received
 
@@ -58,12 +58,10 @@ HTInternode::HTInternode(int rank, int num_ranks, int ranks_per_node, int64_t nv
   net_ = std::make_unique<HTNet>(rank, num_ranks, ranks_per_node, rdma_bytes, device);
   device_ = net_->device();
   node_ = std::make_unique<HTBuffer>(rank % ranks_per_node, ranks_per_node, nvl_bytes, device_);
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaMalloc(reinterpret_cast<void**>(&counts_), sizeof(int64_t) * 2 * kCounts),
-             "cudaMalloc exchange counts");
-  cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_), sizeof(int64_t) * 2 * kCounts),
-             "cudaMallocHost host counts");
-  cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  counts_ = DeviceRegion(sizeof(int64_t) * 2 * kCounts, "anyep HT internode exchange counts");
+  host_ = MappedHostRegion(sizeof(int64_t) * 2 * kCounts, "anyep HT internode host counts");
+  cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), kWho, "cudaEventCreate");
   timeout_ns_ = env::get_duration_ns("ANYEP_TIMEOUT_S");
 }
 
@@ -79,16 +77,14 @@ void HTInternode::destroy() {
   if (destroyed_) return;
   destroyed_ = true;
   cudaSetDevice(device_);
-  cudaDeviceSynchronize();
+  cudaDeviceSynchronize();  // no kernel of this rank still uses the memory below
   if (node_) node_->destroy();
   if (net_) net_->destroy();
-  if (rows_) cudaFree(rows_);
-  if (stage_) cudaFree(stage_);
-  if (counts_) cudaFree(counts_);
-  if (host_) cudaFreeHost(host_);
+  rows_.reset();
+  stage_.reset();
+  counts_.reset();
+  host_.reset();
   if (event_) cudaEventDestroy(event_);
-  rows_ = stage_ = nullptr;
-  counts_ = host_ = nullptr;
   event_ = nullptr;
 }
 
@@ -114,7 +110,7 @@ void HTInternode::check_error() const {
 void HTInternode::ready() const {
   if (destroyed_) throw InvalidArgument("anyep HT internode: the buffer was destroyed");
   check_error();
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
 }
 
 void HTInternode::reserve(int64_t forward_rows, const HTInternodeRows& r) {
@@ -122,11 +118,9 @@ void HTInternode::reserve(int64_t forward_rows, const HTInternodeRows& r) {
   const uint64_t K = ht::kMaxTopk;
   const uint64_t rows_need = uint64_t(forward_rows) *
                              std::max({ht_route_row_bytes(K), ht_dispatch_row_bytes(r, K), ht_combine_row_bytes(r, K)});
-  if (rows_need > rows_bytes_) {
-    if (rows_) cuda_check(cudaFree(rows_), "cudaFree exchange rows");
-    rows_ = nullptr;
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&rows_), rows_need), "cudaMalloc exchange rows");
-    rows_bytes_ = rows_need;
+  if (rows_need > rows_.size()) {
+    rows_.reset();  // the old rows go first: the two need not fit at once
+    rows_ = DeviceRegion(rows_need, "anyep HT internode exchange rows", false);
   }
   // The stage's x area holds a dispatch's x or a combine's BF16 rows; 16-byte aligned areas.
   const uint64_t x_need = (std::max(uint64_t(r.hidden) * dtype_bytes(r.x_dtype), 2 * uint64_t(r.hidden)) + 15) & ~15ull;
@@ -134,30 +128,28 @@ void HTInternode::reserve(int64_t forward_rows, const HTInternodeRows& r) {
   if (forward_rows > stage_rows_ || x_need > stage_x_ || s_need > stage_s_) {
     const int64_t rows = std::max(forward_rows, stage_rows_);
     const uint64_t xb = std::max(x_need, stage_x_), sb = std::max(s_need, stage_s_);
-    if (stage_) cuda_check(cudaFree(stage_), "cudaFree stage rows");
-    stage_ = nullptr;
-    cuda_check(
-        cudaMalloc(reinterpret_cast<void**>(&stage_), std::max<uint64_t>(uint64_t(rows) * (xb + sb + 4 * K), 16)),
-        "cudaMalloc stage rows");
+    stage_.reset();
+    stage_ = DeviceRegion(std::max<uint64_t>(uint64_t(rows) * (xb + sb + 4 * K), 16), "anyep HT internode stage rows",
+                          false);
     stage_rows_ = rows;
     stage_x_ = xb;
     stage_s_ = sb;
   }
 }
 
-uint8_t* HTInternode::stage_scales() const { return stage_ + uint64_t(stage_rows_) * stage_x_; }
-uint8_t* HTInternode::stage_weights() const { return stage_ + uint64_t(stage_rows_) * (stage_x_ + stage_s_); }
+uint8_t* HTInternode::stage_scales() const { return stage_.data() + uint64_t(stage_rows_) * stage_x_; }
+uint8_t* HTInternode::stage_weights() const { return stage_.data() + uint64_t(stage_rows_) * (stage_x_ + stage_s_); }
 
 std::vector<int64_t> HTInternode::to_host(const int64_t* src, int n, cudaStream_t stream, const char* what) {
-  cuda_check(cudaMemcpyAsync(host_, src, sizeof(int64_t) * n, cudaMemcpyDeviceToHost, stream), what);
-  cuda_check(cudaEventRecord(event_, stream), what);
+  cuda_check(cudaMemcpyAsync(host_.host(), src, sizeof(int64_t) * n, cudaMemcpyDeviceToHost, stream), kWho, what);
+  cuda_check(cudaEventRecord(event_, stream), kWho, what);
   // Every kernel wait ends within ANYEP_TIMEOUT_S; the margin covers the stages queued before.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::nanoseconds(2 * timeout_ns_) + std::chrono::seconds(10);
   for (;;) {
     const cudaError_t e = cudaEventQuery(event_);
     if (e == cudaSuccess) break;
-    if (e != cudaErrorNotReady) cuda_check(e, what);
+    if (e != cudaErrorNotReady) cuda_check(e, kWho, what);
     if (std::chrono::steady_clock::now() > deadline) {
       check_error();  // a peer's timeout found on the device names it
       throw TimeoutError("anyep HT internode: rank " + to_string(rank_) + ": " + what +
@@ -166,7 +158,8 @@ std::vector<int64_t> HTInternode::to_host(const int64_t* src, int n, cudaStream_
     std::this_thread::yield();
   }
   check_error();
-  return std::vector<int64_t>(host_, host_ + n);
+  const int64_t* h = host_.host_as<int64_t>();
+  return std::vector<int64_t>(h, h + n);
 }
 
 void HTInternode::send_exchange(const int64_t* send_rows, const int64_t* expect_rows, ht::PackArgs pack,
@@ -178,12 +171,12 @@ void HTInternode::send_exchange(const int64_t* send_rows, const int64_t* expect_
   pack.send_area = net_->region() + ex.send_off(0) + ht::internode::kBlockHeaderBytes;
   pack.block_bytes = ex.block_bytes();
   pack.capacity = ex.row_capacity(row_bytes);
-  cuda_check(ht::launch_pack(pack, stream), "pack launch");
-  net_->send(send_rows, expect_rows, counts_ + kCounts, row_bytes, stream);
+  cuda_check(ht::launch_pack(pack, stream), kWho, "pack launch");
+  net_->send(send_rows, expect_rows, counts_.as<int64_t>() + kCounts, row_bytes, stream);
 }
 
 void HTInternode::finish_exchange(uint64_t row_bytes, cudaStream_t stream) {
-  net_->finish(counts_ + kCounts, rows_, row_bytes, stream);
+  net_->finish(counts_.as<int64_t>() + kCounts, rows_.data(), row_bytes, stream);
 }
 
 void HTInternode::unpack(const ht::RowSegment* seg, int n, int64_t rows, uint64_t row_bytes, cudaStream_t stream) {
@@ -191,9 +184,9 @@ void HTInternode::unpack(const ht::RowSegment* seg, int n, int64_t rows, uint64_
   for (int i = 0; i < n; ++i) un.seg[i] = seg[i];
   un.num_segments = n;
   un.num_rows = static_cast<int>(rows);
-  un.rows = rows_;
+  un.rows = rows_.data();
   un.row_bytes = row_bytes;
-  cuda_check(ht::launch_unpack(un, stream), "unpack launch");
+  cuda_check(ht::launch_unpack(un, stream), kWho, "unpack launch");
 }
 
 HTInternodeCounts HTInternode::route_send(const TensorRef& topk_idx, int64_t num_experts, const HTInternodeRows& rows,
@@ -237,7 +230,7 @@ HTInternodeCounts HTInternode::route_send(const TensorRef& topk_idx, int64_t num
   ra.send_rows = ptr<int64_t>(t.send_rows);
   ra.err = net_->error_record();
   ra.rank = rank_;
-  cuda_check(ht::launch_route(ra, stream), "route launch");
+  cuda_check(ht::launch_route(ra, stream), kWho, "route launch");
 
   // The top-k ids cross the rail exchange; the host learns the rows sent and received per node.
   const uint64_t row = ht_route_row_bytes(K);
@@ -247,12 +240,13 @@ HTInternodeCounts HTInternode::route_send(const TensorRef& topk_idx, int64_t num
   pack.num_rows = static_cast<int>(N);
   pack.pos = ptr<const int32_t>(t.pos);
   send_exchange(ra.send_rows, nullptr, pack, row, stream);
-  cuda_check(cudaMemcpyAsync(counts_, ra.send_rows, sizeof(int64_t) * nodes(), cudaMemcpyDeviceToDevice, stream),
+  int64_t* const counts = counts_.as<int64_t>();
+  cuda_check(cudaMemcpyAsync(counts, ra.send_rows, sizeof(int64_t) * nodes(), cudaMemcpyDeviceToDevice, stream), kWho,
              "copy the sent counts");
   cuda_check(
-      cudaMemcpyAsync(t.recv_rows.data, counts_ + kCounts, sizeof(int64_t) * nodes(), cudaMemcpyDeviceToDevice, stream),
-      "keep the received counts");
-  const std::vector<int64_t> h = to_host(counts_, 2 * kCounts, stream, "the rail exchange of the routing");
+      cudaMemcpyAsync(t.recv_rows.data, counts + kCounts, sizeof(int64_t) * nodes(), cudaMemcpyDeviceToDevice, stream),
+      kWho, "keep the received counts");
+  const std::vector<int64_t> h = to_host(counts, 2 * kCounts, stream, "the rail exchange of the routing");
   int64_t most_sent = 0, most_recv = 0;
   for (int n = 0; n < nodes(); ++n) {
     const int64_t sent = h[n], recv = h[kCounts + n];
@@ -308,7 +302,7 @@ HTDispatchIn HTInternode::node_input(const HTInternodeRoute& r, const HTInternod
                                      const HTInternodeTables& t) const {
   const int64_t m1 = r.forward_rows;
   HTDispatchIn in;
-  in.x = view(stage_, rows.x_dtype, m1, rows.hidden, device_);
+  in.x = view(stage_.data(), rows.x_dtype, m1, rows.hidden, device_);
   if (rows.scale_cols > 0) in.x_scales = view(stage_scales(), rows.scale_dtype, m1, rows.scale_cols, device_);
   in.topk_idx = first_rows(t.topk_node, m1);
   in.topk_weights = view(stage_weights(), DType::kFloat32, m1, r.num_topk, device_);
@@ -466,7 +460,7 @@ void HTInternode::combine(const HTInternodeRoute& r, const HTInternodeTables& t,
       expect(b->shape[0] == N && b->shape[1] == H,
              [&] { return "bias must be bfloat16 [" + to_string(N) + ", " + to_string(H) + "]"; });
     }
-  const TensorRef y1 = view(stage_, DType::kBFloat16, m1, H, device_);
+  const TensorRef y1 = view(stage_.data(), DType::kBFloat16, m1, H, device_);
   TensorRef w1;
   if (p.out_weights.present) w1 = view(stage_weights(), DType::kFloat32, m1, K, device_);
   node_->combine(in, p, y1, w1, stream);
@@ -483,7 +477,7 @@ void HTInternode::combine(const HTInternodeRoute& r, const HTInternodeTables& t,
   finish_exchange(row, stream);
 
   ht::HomeSumArgs hs;
-  hs.rows = rows_;
+  hs.rows = rows_.data();
   hs.row_bytes = row;
   hs.pos = ptr<const int32_t>(t.pos);
   hs.send_rows = ptr<const int64_t>(t.send_rows);
@@ -496,7 +490,7 @@ void HTInternode::combine(const HTInternodeRoute& r, const HTInternodeTables& t,
   hs.bias1 = ptr<const uint16_t>(bias1);
   hs.out = ptr<uint16_t>(out);
   hs.out_weights = w1.present() ? ptr<float>(out_weights) : nullptr;
-  cuda_check(ht::launch_home_sum(hs, stream), "home sum launch");
+  cuda_check(ht::launch_home_sum(hs, stream), kWho, "home sum launch");
 }
 
 }  // namespace anyep::runtime

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/gpu_runtime.h"
+#include "runtime/common/region.h"
 #include "runtime/ht/buffer.h"
 #include "runtime/ht/internode_plan.h"
 #include "runtime/ht/net.h"
@@ -102,13 +103,12 @@ class HTInternode {
   std::unique_ptr<HTBuffer> node_;
   // Scratch: the exchange's output rows; the node stage's rows (x | scales | weights areas of
   // stage_rows_ rows each, or combine's BF16 rows and weights).
-  uint8_t* rows_ = nullptr;
-  uint64_t rows_bytes_ = 0;
-  uint8_t* stage_ = nullptr;
+  DeviceRegion rows_;
+  DeviceRegion stage_;
   int64_t stage_rows_ = 0;
   uint64_t stage_x_ = 0, stage_s_ = 0;  // bytes per row of the x and scales areas
-  int64_t* counts_ = nullptr;           // device [2 * kMaxNodes]: rows of the last exchange per node
-  int64_t* host_ = nullptr;             // pinned [2 * kMaxNodes]
+  DeviceRegion counts_;                 // int64 [2 * kMaxNodes]: rows of the last exchange per node
+  MappedHostRegion host_;               // int64 [2 * kMaxNodes]: their host copy
   cudaEvent_t event_ = nullptr;
   uint64_t timeout_ns_ = 0;
   bool destroyed_ = false;

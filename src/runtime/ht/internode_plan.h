@@ -24,6 +24,16 @@ struct HTInternodeRows {
   int64_t scale_cols = 0;
 };
 
+// The rows of an internode dispatch, from its x ([N, hidden]), FP8 scales ([N, scale_cols], or
+// absent) and topk_idx ([N, num_topk]): what the pass's tables are sized by before route_send.
+// Throws InvalidArgument naming the argument; the pass's calls check dtypes and devices.
+HTInternodeRows ht_internode_rows(const TensorRef& x, const TensorRef& x_scales, const TensorRef& topk_idx);
+// The channels of the node stage's dispatch (the columns of the pass's cpm table) for a pass's
+// rows, num_topk, the node's ranks and the dispatch Config; throws InvalidArgument naming the
+// Config when it makes no ring geometry.
+int64_t ht_internode_node_channels(const HTInternodeRows& rows, int64_t num_topk, int ranks_per_node,
+                                   const HTConfig& config);
+
 // Bytes of one exchange row: the top-k ids of the routing; x, scales and weights of a dispatch;
 // the BF16 row and weights of a combine. Multiples of 16.
 uint64_t ht_route_row_bytes(int64_t num_topk);

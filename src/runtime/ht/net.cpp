@@ -11,7 +11,7 @@
 namespace anyep::runtime {
 namespace {
 
-void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep HT internode", what); }
+constexpr const char* kWho = "anyep HT internode";  // what cuda_check's messages start with
 
 LLPath net_path() {
   return env::get_enum("ANYEP_HT_NET_PATH") == "cuda-ipc" ? LLPath::kProxyCudaIpc : LLPath::kProxyLibfabric;
@@ -39,30 +39,24 @@ HTNet::HTNet(int rank, int num_ranks, int ranks_per_node, int64_t num_bytes, int
     throw InvalidArgument("anyep HT internode: num_rdma_bytes=" + to_string(num_bytes) +
                           " exceeds the 64 GiB a proxy command can address");
   if (device < 0) {
-    cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+    cuda_check(cudaGetDevice(&device_), kWho, "cudaGetDevice");
   } else {
     device_ = device;
   }
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(preload_kernels(), "load the anyep kernels (kernels/preload.h)");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  cuda_check(preload_kernels(), kWho, "load the anyep kernels (kernels/preload.h)");
   endpoints_ = ProxyLink::make_endpoints(path_, rank, num_ranks, device_, proxy::Proxy::default_threads());
   if (!endpoints_[0]->capabilities().gpu_memory) {
     // Host-staged: pinned host memory the NIC can reach, mapped into the GPU for the kernels.
-    cuda_check(cudaHostAlloc(&host_alloc_, static_cast<size_t>(num_bytes), cudaHostAllocMapped | cudaHostAllocPortable),
-               "cudaHostAlloc host-staged exchange region");
-    std::memset(host_alloc_, 0, static_cast<size_t>(num_bytes));
-    cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&local_), host_alloc_, 0),
-               "map host-staged exchange region");
+    staged_ =
+        MappedHostRegion(static_cast<size_t>(num_bytes), "anyep HT host-staged exchange region", cudaHostAllocPortable);
+    local_ = staged_.device();
   } else {
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)),
-               "cudaMalloc exchange region");
-    cuda_check(cudaMemset(local_, 0, static_cast<size_t>(num_bytes)), "zero exchange region");
+    region_ = DeviceRegion(static_cast<size_t>(num_bytes), "anyep HT exchange region");
+    local_ = region_.data();
   }
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(ErrorRecord), cudaHostAllocMapped),
-             "cudaHostAlloc error record");
-  std::memset(err_host_, 0, sizeof(ErrorRecord));
-  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev_), err_host_, 0), "map error record");
-  cuda_check(cudaDeviceSynchronize(), "HT internode set-up");
+  err_ = MappedHostRegion(sizeof(ErrorRecord), "anyep HT internode error record");
+  cuda_check(cudaDeviceSynchronize(), kWho, "HT internode set-up");
   timeout_ns_ = env::get_duration_ns("ANYEP_TIMEOUT_S");
 }
 
@@ -78,18 +72,13 @@ void HTNet::destroy() {
   if (destroyed_) return;
   destroyed_ = true;
   cudaSetDevice(device_);
-  cudaDeviceSynchronize();
-  link_.reset();  // stops the proxy threads before the memory they read goes away
+  cudaDeviceSynchronize();  // no kernel of this rank still uses the memory below
+  link_.reset();            // stops the proxy threads before the memory they read goes away
   endpoints_.clear();
-  if (host_alloc_) {
-    cudaFreeHost(host_alloc_);
-  } else if (local_) {
-    cudaFree(local_);
-  }
-  if (err_host_) cudaFreeHost(err_host_);
-  host_alloc_ = nullptr;
+  region_.reset();
+  staged_.reset();
   local_ = nullptr;
-  err_host_ = err_dev_ = nullptr;
+  err_.reset();
 }
 
 void HTNet::connect(transport::Bootstrap& boot) {
@@ -99,7 +88,7 @@ void HTNet::connect(transport::Bootstrap& boot) {
                           std::to_string(boot.size()) + ", the buffer rank " + std::to_string(rank_) + " of " +
                           std::to_string(num_ranks_));
   link_ = std::make_unique<ProxyLink>(
-      "HT", num_ranks_, device_, std::move(endpoints_), host_staged() ? host_alloc_ : static_cast<void*>(local_),
+      "HT", num_ranks_, device_, std::move(endpoints_), host_staged() ? staged_.host() : static_cast<void*>(local_),
       static_cast<uint64_t>(num_bytes_), host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
       static_cast<uint32_t>(ranks_per_node_), false, boot);
   endpoints_.clear();
@@ -128,13 +117,13 @@ void HTNet::ready(const char* what) const {
   if (destroyed_) throw InvalidArgument("anyep HT internode: buffer was destroyed");
   if (!link_) throw InvalidArgument(std::string("anyep HT internode: ") + what + " before connect()");
   check_error();
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
 }
 
 ht::NetArgs HTNet::args(uint64_t row_bytes) const {
   ht::NetArgs a;
   a.proxy = link_->path();
-  a.err = err_dev_;
+  a.err = err_.device_as<ErrorRecord>();
   a.local = local_;
   a.host_mem = host_staged();
   a.rank = rank_;
@@ -149,7 +138,7 @@ ht::NetArgs HTNet::args(uint64_t row_bytes) const {
 }
 
 void HTNet::launch(const ht::NetArgs& a, ht::NetStep step, cudaStream_t stream, const char* what) const {
-  cuda_check(ht::launch_net(a, step, stream), what);
+  cuda_check(ht::launch_net(a, step, stream), kWho, what);
 }
 
 void HTNet::begin(cudaStream_t stream) {
@@ -189,15 +178,16 @@ void HTNet::finish(const int64_t* recv_rows, uint8_t* out, uint64_t row_bytes, c
 
 void HTNet::check_error() const {
   if (link_) link_->check();
-  if (!err_host_) return;
-  const uint32_t code = __atomic_load_n(&err_host_->code, __ATOMIC_ACQUIRE);
+  if (!err_) return;
+  ErrorRecord* const rec = err_.host_as<ErrorRecord>();
+  const uint32_t code = __atomic_load_n(&rec->code, __ATOMIC_ACQUIRE);
   if (code == kErrNone) return;
-  const ErrorRecord e = *err_host_;
+  const ErrorRecord e = *rec;
   using std::to_string;
   std::string m = "anyep HT internode: rank " + to_string(e.rank) + ": ";
   if (code == ht::kErrBadExpert) {
     // Bad input, not a broken exchange: raised once (the record cleared), as HTBuffer does.
-    std::memset(err_host_, 0, sizeof(ErrorRecord));
+    std::memset(rec, 0, sizeof(ErrorRecord));
     throw InvalidArgument(m + "topk_idx holds expert " + to_string(e.expert) + " (token " + to_string(e.value) +
                           "), outside [-1, num_experts); its routing skips it");
   }

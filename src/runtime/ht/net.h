@@ -19,6 +19,7 @@
 #include "kernels/ht/kernels.h"
 #include "runtime/common/path.h"
 #include "runtime/common/proxy_link.h"
+#include "runtime/common/region.h"
 #include "transport/bootstrap/bootstrap.h"
 
 namespace anyep::runtime {
@@ -37,7 +38,7 @@ class HTNet {
   int nodes() const { return num_ranks_ / ranks_per_node_; }
   int ranks_per_node() const { return ranks_per_node_; }
   int device() const { return device_; }
-  bool host_staged() const { return host_alloc_ != nullptr; }
+  bool host_staged() const { return static_cast<bool>(staged_); }
   uint8_t* region() const { return local_; }  // device view
   uint64_t num_bytes() const { return static_cast<uint64_t>(num_bytes_); }
   ht::internode::Exchange exchange() const { return {static_cast<uint64_t>(num_bytes_), nodes()}; }
@@ -51,7 +52,7 @@ class HTNet {
   void finish(const int64_t* recv_rows, uint8_t* out, uint64_t row_bytes, cudaStream_t stream);
 
   // Device view of the error record (also for the internode composition's kernels, ht/internode.h).
-  ErrorRecord* error_record() const { return err_dev_; }
+  ErrorRecord* error_record() const { return err_.device_as<ErrorRecord>(); }
   void check_error() const;
   void destroy();
 
@@ -63,12 +64,14 @@ class HTNet {
   int rank_, num_ranks_, ranks_per_node_, device_ = 0;
   int64_t num_bytes_;
   LLPath path_;
+  // The exchange region: device memory, or (host-staged) pinned host memory mapped into the GPU;
+  // local_ is its GPU address either way.
+  DeviceRegion region_;
+  MappedHostRegion staged_;
   uint8_t* local_ = nullptr;
-  void* host_alloc_ = nullptr;
+  MappedHostRegion err_;  // ErrorRecord
   std::vector<std::unique_ptr<transport::Transport>> endpoints_;
-  std::unique_ptr<ProxyLink> link_;
-  ErrorRecord* err_host_ = nullptr;
-  ErrorRecord* err_dev_ = nullptr;
+  std::unique_ptr<ProxyLink> link_;  // after the regions: its threads stop before they are freed
   uint64_t seq_ = 0;
   uint64_t timeout_ns_ = 0;
   Phase phase_ = Phase::kIdle;

@@ -9,7 +9,7 @@
 namespace anyep::runtime {
 namespace {
 
-void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL", what); }
+constexpr const char* kWho = "anyep LL";  // what cuda_check's messages start with
 
 void expect_first_phases(int phases) {
   if (phases != ll::kPhaseSend && phases != ll::kPhaseBoth)
@@ -27,11 +27,11 @@ void check_topk_values(const LowLatencyBuffer& buf, const TensorRef& topk_idx, i
   cudaStreamIsCapturing(stream, &st);
   if (st != cudaStreamCaptureStatusNone) return;
   std::vector<int64_t> host(static_cast<size_t>(n));
-  cuda_check(cudaSetDevice(buf.device()), "cudaSetDevice");
+  cuda_check(cudaSetDevice(buf.device()), kWho, "cudaSetDevice");
   cuda_check(cudaMemcpyAsync(host.data(), topk_idx.data, static_cast<size_t>(n) * sizeof(int64_t),
                              cudaMemcpyDeviceToHost, stream),
-             "copy topk_idx to the host for the value check");
-  cuda_check(cudaStreamSynchronize(stream), "synchronize for the topk_idx value check");
+             kWho, "copy topk_idx to the host for the value check");
+  cuda_check(cudaStreamSynchronize(stream), kWho, "synchronize for the topk_idx value check");
   validate_topk_values(host.data(), n, E);
 }
 
@@ -50,14 +50,17 @@ LLDispatchPlan dispatch_outputs(const LowLatencyBuffer& buf, const LLDispatchIn&
 
 LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchOut& out, int phases,
                 cudaStream_t stream) {
+  return dispatch(buf, in, validate_dispatch(in, buf.info()), out, phases, stream);
+}
+
+LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchPlan& p, const LLDispatchOut& out,
+                int phases, cudaStream_t stream) {
   expect_first_phases(phases);
-  const LLDispatchPlan p = validate_dispatch(in, buf.info());
   validate_dispatch_outputs(p, out, buf.info());
   check_topk_values(buf, in.topk_idx, in.num_experts, stream);
 
   ll::DispatchArgs a;
-  a.c = buf.next_dispatch_common(LLShape{p.g.T, p.g.H, p.g.E}, static_cast<int>(p.num_tokens),
-                                 static_cast<int>(p.num_topk));
+  a.c = buf.next_dispatch_common(p);
   a.x = in.x.data;
   a.topk_idx = static_cast<const int64_t*>(in.topk_idx.data);
   a.fmt = !in.use_fp8 ? ll::Format::kBF16 : (in.use_ue8m0 ? ll::Format::kFP8UE8M0 : ll::Format::kFP8);
@@ -82,14 +85,17 @@ LLCombinePlan combine_outputs(const LowLatencyBuffer& buf, const LLCombineIn& in
 }
 
 LLCall combine(LowLatencyBuffer& buf, const LLCombineIn& in, const TensorRef& out, int phases, cudaStream_t stream) {
+  return combine(buf, in, validate_combine(in, buf.info()), out, phases, stream);
+}
+
+LLCall combine(LowLatencyBuffer& buf, const LLCombineIn& in, const LLCombinePlan& p, const TensorRef& out, int phases,
+               cudaStream_t stream) {
   expect_first_phases(phases);
-  const LLCombinePlan p = validate_combine(in, buf.info());
   validate_combine_output(p, out, buf.info());
   check_topk_values(buf, in.topk_idx, in.num_experts, stream);
 
   ll::CombineArgs a;
-  a.c = buf.next_combine_common(LLShape{p.g.T, p.g.H, p.g.E}, static_cast<int>(p.num_tokens),
-                                static_cast<int>(p.num_topk));
+  a.c = buf.next_combine_common(p);
   a.x = in.x.data;
   const int32_t* handle = static_cast<const int32_t*>(in.src_info.data);  // storage_offset 0: the handle's start
   a.src_info = handle + p.g.handle_src_info_off();

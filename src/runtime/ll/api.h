@@ -2,10 +2,11 @@
 // (device pointers, dtypes, shapes; tensor_ref.h) and a CUDA stream. No torch: the Python
 // extension converts tensors and maps errors, and the C API will sit on the same calls.
 //
-// A call: dispatch_outputs(buf, in) says what to allocate (and checks the inputs), the caller
-// allocates, dispatch(buf, in, out, phases, stream) checks everything (ll/validate.h: one set of
-// messages for every caller), takes the next buffer half and launches. A staged call launches
-// kPhaseSend and later launches kPhaseRecv through the returned LLCall.
+// A call: dispatch_outputs(buf, in) checks the inputs and says what to allocate, the caller
+// allocates, dispatch(buf, in, plan, out, phases, stream) checks the outputs against that plan,
+// takes the next buffer half and launches: every argument checked once, by ll/validate.h (one set
+// of messages for every caller). dispatch(buf, in, out, ...) without a plan checks the inputs too. A staged call
+// launches kPhaseSend and later launches kPhaseRecv through the returned LLCall.
 #pragma once
 
 #include "common/gpu_runtime.h"
@@ -39,10 +40,16 @@ LLDispatchPlan dispatch_outputs(const LowLatencyBuffer& buf, const LLDispatchIn&
 // kPhaseRecv later through the result, or kPhaseBoth).
 LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchOut& out, int phases,
                 cudaStream_t stream);
+// The same with `plan` = dispatch_outputs(buf, in) of this `in`: the inputs are not checked again.
+LLCall dispatch(LowLatencyBuffer& buf, const LLDispatchIn& in, const LLDispatchPlan& plan, const LLDispatchOut& out,
+                int phases, cudaStream_t stream);
 
 // The output a combine needs (when the caller brings none), after checking its inputs.
 LLCombinePlan combine_outputs(const LowLatencyBuffer& buf, const LLCombineIn& in);
 LLCall combine(LowLatencyBuffer& buf, const LLCombineIn& in, const TensorRef& out, int phases, cudaStream_t stream);
+// The same with `plan` = combine_outputs(buf, in) of this `in`: the inputs are not checked again.
+LLCall combine(LowLatencyBuffer& buf, const LLCombineIn& in, const LLCombinePlan& plan, const TensorRef& out,
+               int phases, cudaStream_t stream);
 
 // Rank masking (DeepEP's low_latency_update/query/clean_mask_buffer; the buffer must be in shrink
 // mode). Stream-ordered on `stream`, no host sync. Throws InvalidArgument naming the problem.

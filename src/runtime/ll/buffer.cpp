@@ -15,7 +15,7 @@
 namespace anyep::runtime {
 namespace {
 
-void cuda_check(cudaError_t e, const std::string& what) { anyep::cuda_check(e, "anyep LL", what); }
+constexpr const char* kWho = "anyep LL";  // what cuda_check's messages start with
 
 constexpr uint32_t kPeerInfoMagic = 0x414c4c31;  // "ALL1"
 
@@ -35,14 +35,14 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
                           " ranks");
   if (num_bytes <= 0) throw InvalidArgument("anyep LL: num_rdma_bytes must be positive for low-latency mode");
   if (device < 0) {
-    cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+    cuda_check(cudaGetDevice(&device_), kWho, "cudaGetDevice");
   } else {
     device_ = device;
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
   }
-  cuda_check(preload_kernels(), "load the anyep kernels (kernels/preload.h)");
+  cuda_check(preload_kernels(), kWho, "load the anyep kernels (kernels/preload.h)");
   int sms = 0;
-  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "SM count");
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), kWho, "SM count");
   // One 1024-thread block per SM: all co-resident (the kernels wait on each other). ANYEP_LL_SMS
   // leaves SMs free for other work (e.g. copies the driver runs as kernels).
   const int64_t want = env::get_count("ANYEP_LL_SMS");
@@ -55,32 +55,21 @@ LowLatencyBuffer::LowLatencyBuffer(int rank, int num_ranks, int64_t num_bytes, i
   }
   if (stage_in_host) {
     // Host-staged: pinned host memory the NIC can reach, mapped into the GPU for the kernels.
-    cuda_check(cudaHostAlloc(&host_alloc_, static_cast<size_t>(num_bytes), cudaHostAllocMapped | cudaHostAllocPortable),
-               "cudaHostAlloc host-staged LL buffer");
-    std::memset(host_alloc_, 0, static_cast<size_t>(num_bytes));
-    cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&local_), host_alloc_, 0),
-               "map host-staged LL buffer");
+    staged_ = MappedHostRegion(static_cast<size_t>(num_bytes), "anyep LL host-staged buffer", cudaHostAllocPortable);
+    local_ = staged_.device();
   } else {
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&local_), static_cast<size_t>(num_bytes)), "cudaMalloc LL buffer");
-    cuda_check(cudaMemset(local_, 0, static_cast<size_t>(num_bytes)), "zero LL buffer");
+    buffer_ = DeviceRegion(static_cast<size_t>(num_bytes), "anyep LL buffer");
+    local_ = buffer_.data();
   }
-  ws_ints_ = ll::Workspace::ints(ll::kMaxExperts);
-  cuda_check(cudaMalloc(reinterpret_cast<void**>(&ws_), static_cast<size_t>(ws_ints_) * 4), "cudaMalloc LL workspace");
-  cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ws_ints_) * 4), "zero LL workspace");
-  cuda_check(cudaMalloc(reinterpret_cast<void**>(&dev_peers_), sizeof(uint8_t*) * num_ranks), "cudaMalloc peer table");
-  cuda_check(cudaMemset(dev_peers_, 0, sizeof(uint8_t*) * num_ranks), "zero peer table");
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(ll::ErrorRecord), cudaHostAllocMapped),
-             "cudaHostAlloc error record");
-  std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
-  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev_), err_host_, 0), "map error record");
+  ws_ = DeviceRegion(static_cast<size_t>(ll::Workspace::ints(ll::kMaxExperts)) * 4, "anyep LL workspace");
+  err_ = MappedHostRegion(sizeof(ll::ErrorRecord), "anyep LL error record");
   if (enable_shrink) {
     const int32_t init[2] = {0, 1};
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&mask_), sizeof(int32_t) * (num_ranks + 2)), "cudaMalloc rank mask");
-    cuda_check(cudaMemset(mask_, 0, sizeof(int32_t) * num_ranks), "zero rank mask");
-    cuda_check(cudaMemcpy(mask_ + num_ranks, init, sizeof(init), cudaMemcpyHostToDevice), "rank mask constants");
+    mask_ = DeviceRegion(sizeof(int32_t) * (num_ranks + 2), "anyep LL rank mask");
+    cuda_check(cudaMemcpy(mask_.as<int32_t>() + num_ranks, init, sizeof(init), cudaMemcpyHostToDevice), kWho,
+               "rank mask constants");
   }
-  host_peers_.assign(num_ranks, nullptr);
-  opened_.assign(num_ranks, false);
+  peers_ = IpcPeers(num_ranks, "anyep LL peer table");
   timeout_ns_ = env::get_duration_ns("ANYEP_TIMEOUT_S");
   check_inputs_ = env::get_bool("ANYEP_LL_CHECK_INPUTS");
   compact_ = compact_layout_from_env();
@@ -98,55 +87,38 @@ void LowLatencyBuffer::destroy() {
   if (destroyed_) return;
   destroyed_ = true;
   cudaSetDevice(device_);
-  cudaDeviceSynchronize();
-  proxy_.reset();  // stops the proxy threads before the memory they read goes away
+  cudaDeviceSynchronize();  // no kernel of this rank still uses the memory below
+  proxy_.reset();           // stops the proxy threads before the memory they read goes away
   endpoints_.clear();
-  for (int r = 0; r < num_ranks_; ++r)
-    if (opened_[r]) cudaIpcCloseMemHandle(host_peers_[r]);
-  if (dev_peers_) cudaFree(dev_peers_);
-  if (ws_) cudaFree(ws_);
-  if (mask_) cudaFree(mask_);
-  mask_ = nullptr;
-  if (host_alloc_) {
-    cudaFreeHost(host_alloc_);
-  } else if (local_) {
-    cudaFree(local_);
-  }
-  host_alloc_ = nullptr;
-  if (err_host_) cudaFreeHost(err_host_);
-  dev_peers_ = nullptr;
-  ws_ = nullptr;
+  peers_.close();  // the peers' buffers are unmapped before this one is freed
+  buffer_.reset();
+  staged_.reset();
   local_ = nullptr;
-  err_host_ = err_dev_ = nullptr;
-  host_peers_.assign(num_ranks_, nullptr);
+  ws_.reset();
+  err_.reset();
+  mask_.reset();
   all_direct_ = false;
   connected_ = false;
 }
 
 std::vector<uint8_t> LowLatencyBuffer::local_info() const {
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
   // Host-staged: reached through the proxy only, no IPC handle.
   return make_ipc_record(kPeerInfoMagic, rank_, device_, host_staged() ? nullptr : local_, num_bytes_);
 }
 
 void LowLatencyBuffer::connect(const std::vector<std::vector<uint8_t>>& infos, transport::Bootstrap* boot) {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
   const std::vector<IpcRecord> recs =
       parse_ipc_records(infos, kPeerInfoMagic, num_ranks_, num_bytes_, "anyep LL connect");
-  for (int r = 0; r < num_ranks_; ++r) {
-    if (r == rank_) {
-      host_peers_[r] = local_;
-      continue;
-    }
-    if (path_ != LLPath::kAuto) continue;  // each process its own node: every peer through the proxy
-    host_peers_[r] = open_ipc_peer(recs[r], device_, "anyep LL connect");  // null: proxy path
-    opened_[r] = host_peers_[r] != nullptr;
-  }
-  cuda_check(cudaMemcpy(dev_peers_, host_peers_.data(), sizeof(uint8_t*) * num_ranks_, cudaMemcpyHostToDevice),
-             "upload peer table");
-  all_direct_ = std::all_of(host_peers_.begin(), host_peers_.end(), [](const uint8_t* p) { return p != nullptr; });
+  // A proxy path treats each process as its own node: every peer through the proxy. Else the
+  // peers with no direct path (null entries) go through the proxy.
+  peers_.open(recs, rank_, local_, device_, path_ == LLPath::kAuto, "anyep LL connect");
+  all_direct_ = peers_.first_unreachable() < 0;
   if (boot) connect_proxy(*boot);
+  // Checked here once, not on every call: a rank no path reaches.
+  unreachable_ = proxy_ ? -1 : peers_.first_unreachable();
   connected_ = true;
 }
 
@@ -155,8 +127,7 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
     throw InvalidArgument("anyep LL connect: bootstrap is rank " + std::to_string(boot.rank()) + " of " +
                           std::to_string(boot.size()) + ", the buffer rank " + std::to_string(rank_) + " of " +
                           std::to_string(num_ranks_));
-  bool need = false;
-  for (int r = 0; r < num_ranks_; ++r) need = need || host_peers_[r] == nullptr;
+  const bool need = peers_.first_unreachable() >= 0;
   // Collective decision: the proxy's construction is a collective, so either every rank builds
   // one or none does.
   bool any = false;
@@ -169,7 +140,7 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
         "anyep LL: transport " + endpoints_[0]->capabilities().backend + "/" + endpoints_[0]->capabilities().provider +
         " cannot register GPU memory; set ANYEP_LL_PATH=proxy-libfabric to stage the buffer in pinned host memory");
   proxy_ = std::make_unique<ProxyLink>("LL", num_ranks_, device_, std::move(endpoints_),
-                                       host_staged() ? host_alloc_ : local_, static_cast<uint64_t>(num_bytes_),
+                                       host_staged() ? staged_.host() : local_, static_cast<uint64_t>(num_bytes_),
                                        host_staged() ? transport::MemKind::kHost : transport::MemKind::kCuda,
                                        path_ != LLPath::kAuto ? 1u : 0u, shrink(), boot);
   endpoints_.clear();
@@ -177,7 +148,7 @@ void LowLatencyBuffer::connect_proxy(transport::Bootstrap& boot) {
 
 std::string LowLatencyBuffer::describe_paths() const {
   std::string direct, proxied;
-  for (int r = 0; r < num_ranks_; ++r) (host_peers_[r] ? direct : proxied) += (std::to_string(r) + ",");
+  for (int r = 0; r < peers_.size(); ++r) (peers_[r] ? direct : proxied) += (std::to_string(r) + ",");
   std::string out = "path " + std::string(ll_path_name(path_)) + (host_staged() ? " (host-staged buffer)" : "") +
                     (compact_ ? " (compact dispatch layout)" : "");
   if (!direct.empty()) out += "; direct stores to ranks " + direct.substr(0, direct.size() - 1);
@@ -202,69 +173,81 @@ ll::Common LowLatencyBuffer::common_base() const {
   c.rank = rank_;
   c.num_blocks = num_blocks_;
   c.local = local_;
-  c.peers = dev_peers_;
+  c.peers = peers_.device_table();
   c.all_direct = all_direct_;
   // Fixed offsets (not E-dependent), like the signals: a shape change never aliases one counter
   // array onto another.
   constexpr int64_t X = ll::kMaxExperts;
-  c.ws.send_slot = ws_;
-  c.ws.send_done = ws_ + X;
+  int32_t* const ws = ws_.as<int32_t>();
+  c.ws.send_slot = ws;
+  c.ws.send_done = ws + X;
   static_assert(X % 2 == 0, "recv_arrivals (64-bit) starts 8-byte aligned");
-  c.ws.recv_arrivals = reinterpret_cast<unsigned long long*>(ws_ + 2 * X);  // 2X ints
-  c.ws.blocks_done = ws_ + 4 * X;
-  c.ws.combine_epoch = reinterpret_cast<uint32_t*>(ws_ + 4 * X + 8);  // Workspace::kEpochInts
-  c.ws.barrier_sent = ws_ + ll::Workspace::reset_ints(X);
-  c.ws.barrier_seen = ws_ + ll::Workspace::reset_ints(X) + X;
-  c.err = err_dev_;
+  c.ws.recv_arrivals = reinterpret_cast<unsigned long long*>(ws + 2 * X);  // 2X ints
+  c.ws.blocks_done = ws + 4 * X;
+  c.ws.combine_epoch = reinterpret_cast<uint32_t*>(ws + 4 * X + 8);  // Workspace::kEpochInts
+  c.ws.barrier_sent = ws + ll::Workspace::reset_ints(X);
+  c.ws.barrier_seen = ws + ll::Workspace::reset_ints(X) + X;
+  c.err = err_.device_as<ll::ErrorRecord>();
   c.timeout_ns = timeout_ns_;
-  c.mask = mask_;
+  c.mask = mask_.as<int32_t>();
   return c;
 }
 
-ll::Common LowLatencyBuffer::common_for(const LLShape& s, int num_tokens, int num_topk, int buf) {
+// The buffer's state, not the call's arguments (runtime/ll/validate.h checks those).
+ll::Common LowLatencyBuffer::common_for(const ll::Layout& g, int64_t num_tokens, int64_t num_topk, int buf) {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   if (!connected_) throw InvalidArgument("anyep LL: buffer not connected");
   check_error();
+  if (unreachable_ >= 0)
+    throw Unsupported("anyep LL: rank " + std::to_string(unreachable_) +
+                      " is not reachable over NVLink/CUDA IPC from rank " + std::to_string(rank_) +
+                      " and this buffer has no proxy (connect() was given no bootstrap)");
   ll::Common c = common_base();
-  c.g = layout_for(s);
-  if (num_tokens < 0 || num_tokens > s.max_tokens)
-    throw InvalidArgument("anyep LL: " + std::to_string(num_tokens) +
-                          " tokens exceed num_max_dispatch_tokens_per_rank " + std::to_string(s.max_tokens));
-  if (num_topk <= 0 || num_topk > ll::kMaxTopk)
-    throw InvalidArgument("anyep LL: num_topk " + std::to_string(num_topk) + " not in [1, " +
-                          std::to_string(ll::kMaxTopk) + "]");
-  for (int r = 0; r < num_ranks_; ++r)
-    if (!host_peers_[r] && !proxy_)
-      throw Unsupported("anyep LL: rank " + std::to_string(r) + " is not reachable over NVLink/CUDA IPC from rank " +
-                        std::to_string(rank_) + " and this buffer has no proxy (connect() was given no bootstrap)");
-  c.num_topk = num_topk;
-  c.num_tokens = num_tokens;
+  c.g = g;
+  c.num_topk = static_cast<int>(num_topk);
+  c.num_tokens = static_cast<int>(num_tokens);
   c.buf = buf;
   return c;
 }
 
 ll::Common LowLatencyBuffer::next_dispatch_common(const LLShape& s, int num_tokens, int num_topk) {
-  ll::Common c = common_for(s, num_tokens, num_topk, dispatch_half_);
+  const ll::Layout g = layout_for(s);
+  validate_counts(num_tokens, num_topk, s.max_tokens);
+  ll::Common c = common_for(g, num_tokens, num_topk, dispatch_half_);
   dispatch_half_ ^= 1;
   return c;
 }
 
 ll::Common LowLatencyBuffer::next_combine_common(const LLShape& s, int num_tokens, int num_topk) {
-  ll::Common c = common_for(s, num_tokens, num_topk, combine_half_);
+  const ll::Layout g = layout_for(s);
+  validate_counts(num_tokens, num_topk, s.max_tokens);
+  ll::Common c = common_for(g, num_tokens, num_topk, combine_half_);
+  combine_half_ ^= 1;
+  return c;
+}
+
+ll::Common LowLatencyBuffer::next_dispatch_common(const LLDispatchPlan& p) {
+  ll::Common c = common_for(p.g, p.num_tokens, p.num_topk, dispatch_half_);
+  dispatch_half_ ^= 1;
+  return c;
+}
+
+ll::Common LowLatencyBuffer::next_combine_common(const LLCombinePlan& p) {
+  ll::Common c = common_for(p.g, p.num_tokens, p.num_topk, combine_half_);
   combine_half_ ^= 1;
   return c;
 }
 
 void LowLatencyBuffer::launch(ll::DispatchArgs a, int phases, cudaStream_t stream) const {
   a.c.phases = phases;
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(ll::launch_dispatch(a, stream), "LL dispatch launch");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  cuda_check(ll::launch_dispatch(a, stream), kWho, "LL dispatch launch");
 }
 
 void LowLatencyBuffer::launch(ll::CombineArgs a, int phases, cudaStream_t stream) const {
   a.c.phases = phases;
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(ll::launch_combine(a, stream), "LL combine launch");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  cuda_check(ll::launch_combine(a, stream), kWho, "LL combine launch");
 }
 
 void LowLatencyBuffer::clean() {
@@ -272,28 +255,27 @@ void LowLatencyBuffer::clean() {
   // A failed proxy path cannot be cleaned (ProxyLink::check says why): raise its error here
   // rather than zero the counters and let the next call fail with the old message.
   if (proxy_) proxy_->check();
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaDeviceSynchronize(), "synchronize before clean");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  cuda_check(cudaDeviceSynchronize(), kWho, "synchronize before clean");
   // Signals live in a fixed area at the start of the buffer (ll/layout.h), whatever the shape; the
   // barrier words after them, and the barrier counts of the workspace, only grow.
   const int64_t sig = std::min<int64_t>(num_bytes_, static_cast<int64_t>(ll::Layout::reset_signal_bytes()));
-  cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), "clear LL signals");
+  cuda_check(cudaMemset(local_, 0, static_cast<size_t>(sig)), kWho, "clear LL signals");
   // And everything after the signal area: the row flags of combine slots (ll/layout.h) count calls
   // like the epochs reset below, so none may outlive them (a stale one would match a later call).
   const int64_t regions = static_cast<int64_t>(ll::Layout::signal_bytes());
   if (regions < num_bytes_)
-    cuda_check(cudaMemset(local_ + regions, 0, static_cast<size_t>(num_bytes_ - regions)), "clear LL regions");
-  cuda_check(cudaMemset(ws_, 0, static_cast<size_t>(ll::Workspace::reset_ints(ll::kMaxExperts)) * 4),
-             "clear LL workspace");
-  cuda_check(cudaDeviceSynchronize(), "synchronize after clean");
+    cuda_check(cudaMemset(local_ + regions, 0, static_cast<size_t>(num_bytes_ - regions)), kWho, "clear LL regions");
+  ws_.zero(static_cast<size_t>(ll::Workspace::reset_ints(ll::kMaxExperts)) * 4);
+  cuda_check(cudaDeviceSynchronize(), kWho, "synchronize after clean");
   if (proxy_) proxy_->clear_counters();
-  std::memset(err_host_, 0, sizeof(ll::ErrorRecord));
+  std::memset(err_.host(), 0, sizeof(ll::ErrorRecord));
   dispatch_half_ = combine_half_ = 0;
 }
 
 void LowLatencyBuffer::run_barrier(const char* when) {
   cudaEvent_t done = nullptr;
-  cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "create the barrier's event");
+  cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), kWho, "create the barrier's event");
   cudaError_t e = ll::launch_barrier(common_base(), nullptr);
   if (e == cudaSuccess) e = cudaEventRecord(done, nullptr);
   // Poll instead of a blocking sync: a proxy thread of the cuda-ipc transport submitting the
@@ -313,15 +295,15 @@ void LowLatencyBuffer::run_barrier(const char* when) {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   cudaEventDestroy(done);
-  cuda_check(e, std::string("clean barrier ") + when);
+  cuda_check(e, kWho, std::string("clean barrier ") + when);
 }
 
 void LowLatencyBuffer::clean_elastic() {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   if (!connected_) throw InvalidArgument("anyep LL: buffer not connected");
   if (!mask_) throw InvalidArgument("anyep LL: the elastic clean needs a Buffer built with enable_shrink=True");
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaDeviceSynchronize(), "synchronize before clean");  // this rank's kernels are done
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  cuda_check(cudaDeviceSynchronize(), kWho, "synchronize before clean");  // this rank's kernels are done
   run_barrier("before clean");  // every live peer's kernels are done: nothing writes here any more
   clean();
   run_barrier("after clean");  // no peer sends into a buffer that is not clean yet
@@ -334,33 +316,35 @@ void LowLatencyBuffer::set_mask(int rank, bool masked, cudaStream_t stream) {
   if (rank < 0 || rank >= num_ranks_)
     throw InvalidArgument("anyep LL: rank " + std::to_string(rank) + " to mask is outside [0, " +
                           std::to_string(num_ranks_) + ")");
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaMemcpyAsync(mask_ + rank, mask_ + num_ranks_ + (masked ? 1 : 0), sizeof(int32_t),
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  int32_t* const mask = mask_.as<int32_t>();
+  cuda_check(cudaMemcpyAsync(mask + rank, mask + num_ranks_ + (masked ? 1 : 0), sizeof(int32_t),
                              cudaMemcpyDeviceToDevice, stream),
-             "update rank mask");
+             kWho, "update rank mask");
 }
 
 void LowLatencyBuffer::copy_mask(int32_t* dst, cudaStream_t stream) const {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   if (!mask_) throw InvalidArgument("anyep LL: rank masking needs a Buffer built with enable_shrink=True");
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaMemcpyAsync(dst, mask_, sizeof(int32_t) * num_ranks_, cudaMemcpyDeviceToDevice, stream),
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  cuda_check(cudaMemcpyAsync(dst, mask_.data(), sizeof(int32_t) * num_ranks_, cudaMemcpyDeviceToDevice, stream), kWho,
              "query rank mask");
 }
 
 void LowLatencyBuffer::clear_mask(cudaStream_t stream) {
   if (destroyed_) throw InvalidArgument("anyep LL: buffer was destroyed");
   if (!mask_) throw InvalidArgument("anyep LL: rank masking needs a Buffer built with enable_shrink=True");
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaMemsetAsync(mask_, 0, sizeof(int32_t) * num_ranks_, stream), "clean rank mask");
+  cuda_check(cudaSetDevice(device_), kWho, "cudaSetDevice");
+  cuda_check(cudaMemsetAsync(mask_.data(), 0, sizeof(int32_t) * num_ranks_, stream), kWho, "clean rank mask");
 }
 
 void LowLatencyBuffer::check_error() const {
   if (proxy_) proxy_->check();  // a rejected command or a proxy timeout names more than the kernel can
-  if (!err_host_) return;
-  const uint32_t code = __atomic_load_n(&err_host_->code, __ATOMIC_ACQUIRE);
+  if (!err_) return;
+  const ll::ErrorRecord* rec = err_.host_as<ll::ErrorRecord>();
+  const uint32_t code = __atomic_load_n(&rec->code, __ATOMIC_ACQUIRE);
   if (code == ll::kErrNone) return;
-  raise_device_error(code, *err_host_);  // runtime/ll/error.h: the message names the peer
+  raise_device_error(code, *rec);  // runtime/ll/error.h: the message names the peer
 }
 
 }  // namespace anyep::runtime

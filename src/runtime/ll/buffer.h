@@ -13,7 +13,9 @@
 
 #include "common/gpu_runtime.h"
 #include "kernels/ll/kernels.h"
+#include "runtime/common/ipc_peers.h"
 #include "runtime/common/proxy_link.h"
+#include "runtime/common/region.h"
 #include "runtime/ll/validate.h"
 #include "transport/bootstrap/bootstrap.h"
 
@@ -52,9 +54,9 @@ class LowLatencyBuffer {
   void connect(const std::vector<std::vector<uint8_t>>& infos, transport::Bootstrap* boot = nullptr);
   bool connected() const { return connected_; }
   // True if rank r is reached by direct stores.
-  bool peer_direct(int r) const { return r >= 0 && r < num_ranks_ && host_peers_[r] != nullptr; }
+  bool peer_direct(int r) const { return r >= 0 && r < peers_.size() && peers_[r] != nullptr; }
   LLPath path() const { return path_; }
-  bool host_staged() const { return host_alloc_ != nullptr; }
+  bool host_staged() const { return static_cast<bool>(staged_); }
   // "direct (CUDA IPC) to ranks 0,1; proxy (cuda-ipc/cuda-ipc, 4 threads, 16 rings) to ranks 2,3".
   std::string describe_paths() const;
 
@@ -70,16 +72,21 @@ class LowLatencyBuffer {
   // per rank, zeroed at construction, 1 = masked. Dispatch and combine skip masked ranks, and a
   // peer that times out in a wait is masked instead of failing the call. Stream-ordered on
   // `stream` (no host sync, capturable); clean() leaves the mask as it is.
-  bool shrink() const { return mask_ != nullptr; }
+  bool shrink() const { return static_cast<bool>(mask_); }
   void set_mask(int rank, bool masked, cudaStream_t stream);
   // Copies the mask into `dst`, a device int32 array of num_ranks() entries on this buffer's device.
   void copy_mask(int32_t* dst, cudaStream_t stream) const;
   void clear_mask(cudaStream_t stream);
 
   // Fills the shared part of the kernel arguments for the next dispatch/combine (toggles the
-  // buffer half) after checking for an earlier asynchronous error.
+  // buffer half) after checking for an earlier asynchronous error. The shape and counts are
+  // checked here (runtime/ll/validate.h), for callers that launch the kernels themselves.
   ll::Common next_dispatch_common(const LLShape& s, int num_tokens, int num_topk);
   ll::Common next_combine_common(const LLShape& s, int num_tokens, int num_topk);
+  // The same for a call the contract already checked (runtime/ll/api.h): its plan's layout and
+  // counts are taken as they are.
+  ll::Common next_dispatch_common(const LLDispatchPlan& p);
+  ll::Common next_combine_common(const LLCombinePlan& p);
 
   // Launch the given phases (kPhaseSend, kPhaseRecv or both) on `stream`. No sync, no allocation.
   void launch(ll::DispatchArgs a, int phases, cudaStream_t stream) const;
@@ -106,29 +113,29 @@ class LowLatencyBuffer {
   uint8_t* local_ptr() const { return local_; }
 
  private:
-  ll::Common common_for(const LLShape& s, int num_tokens, int num_topk, int buf);
+  ll::Common common_for(const ll::Layout& g, int64_t num_tokens, int64_t num_topk, int buf);
   ll::Common common_base() const;  // the shape-free part (paths, workspace, error record, mask)
   void run_barrier(const char* when);
   void connect_proxy(transport::Bootstrap& boot);
   int rank_, num_ranks_, device_ = 0, num_blocks_ = 0;
   int64_t num_bytes_;
   LLPath path_ = LLPath::kAuto;
-  void* host_alloc_ = nullptr;  // host-staged buffer: its host address (local_ is its GPU view); else null
-  std::vector<std::unique_ptr<transport::Transport>> endpoints_;  // made early to learn gpu_memory
-  std::unique_ptr<ProxyLink> proxy_;
+  // The LL buffer: device memory, or (host-staged) pinned host memory mapped into the GPU; local_
+  // is its GPU address either way.
+  DeviceRegion buffer_;
+  MappedHostRegion staged_;
   uint8_t* local_ = nullptr;
-  int32_t* ws_ = nullptr;  // scratch counters (device)
-  int64_t ws_ints_ = 0;
-  uint8_t** dev_peers_ = nullptr;  // device array [R]
-  std::vector<uint8_t*> host_peers_;
-  std::vector<bool> opened_;  // host_peers_[r] came from cudaIpcOpenMemHandle
-  bool all_direct_ = false;   // every host_peers_ entry is set (Common::all_direct)
-  ll::ErrorRecord* err_host_ = nullptr;
-  ll::ErrorRecord* err_dev_ = nullptr;
-  uint64_t timeout_ns_ = 0;
+  DeviceRegion ws_;       // scratch counters (int32)
+  MappedHostRegion err_;  // ll::ErrorRecord
   // Shrink mode: device int32 [R + 2]: the mask, then the constants 0 and 1 that set_mask copies
-  // from (a device-to-device copy: stream-ordered, no kernel, no pageable host memory). Else null.
-  int32_t* mask_ = nullptr;
+  // from (a device-to-device copy: stream-ordered, no kernel, no pageable host memory). Else empty.
+  DeviceRegion mask_;
+  IpcPeers peers_;  // after the regions: destroyed (its mappings closed) before they are freed
+  std::vector<std::unique_ptr<transport::Transport>> endpoints_;  // made early to learn gpu_memory
+  std::unique_ptr<ProxyLink> proxy_;  // last: its threads stop before any memory they use goes
+  bool all_direct_ = false;           // every peer is reached by direct stores (Common::all_direct)
+  int unreachable_ = -1;              // after connect: a rank with no path at all (no direct path, no proxy), or -1
+  uint64_t timeout_ns_ = 0;
   int dispatch_half_ = 0, combine_half_ = 0;
   bool connected_ = false;
   bool destroyed_ = false;

@@ -39,6 +39,16 @@ ll::Layout validate_layout(int64_t T, int64_t H, int64_t E, const LLBufferInfo& 
   return g;
 }
 
+void validate_counts(int64_t N, int64_t K, int64_t T) {
+  expect(N >= 0 && N <= T, [&] {
+    return std::string() + to_string(N) + " tokens, more than num_max_dispatch_tokens_per_rank=" + to_string(T);
+  });
+  expect(K >= 1 && K <= ll::kMaxTopk, [&] {
+    return std::string() + "num_topk (topk_idx's columns) must be in [1, " + to_string(ll::kMaxTopk) + "], got " +
+           to_string(K);
+  });
+}
+
 LLDispatchPlan validate_dispatch(const LLDispatchIn& in, const LLBufferInfo& buf) {
   const int dev = buf.device, R = buf.num_ranks;
   const int64_t T = in.max_tokens, E = in.num_experts;
@@ -51,6 +61,10 @@ LLDispatchPlan validate_dispatch(const LLDispatchIn& in, const LLBufferInfo& buf
   expect(N <= T, [&] {
     return std::string() + "x has " + to_string(N) +
            " tokens, more than num_max_dispatch_tokens_per_rank=" + to_string(T);
+  });
+  expect(K >= 1 && K <= ll::kMaxTopk, [&] {
+    return std::string() + "topk_idx has " + to_string(K) + " columns; num_topk must be in [1, " +
+           to_string(ll::kMaxTopk) + "]";
   });
   expect(E % R == 0, [&] { return std::string() + not_multiple(E, R); });
   expect(!in.use_ue8m0 || (in.use_fp8 && in.round_scale),
@@ -111,6 +125,10 @@ LLCombinePlan validate_combine(const LLCombineIn& in, const LLBufferInfo& buf) {
   expect(N <= T, [&] {
     return std::string() + "topk_idx has " + to_string(N) +
            " tokens, more than num_max_dispatch_tokens_per_rank=" + to_string(T);
+  });
+  expect(K >= 1 && K <= ll::kMaxTopk, [&] {
+    return std::string() + "topk_idx has " + to_string(K) + " columns; num_topk must be in [1, " +
+           to_string(ll::kMaxTopk) + "]";
   });
   expect_tensor(in.src_info, "handle src_info", DType::kInt32, 2, dev);
   expect(in.src_info.shape[0] == L && in.src_info.shape[1] == RT, [&] {

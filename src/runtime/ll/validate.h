@@ -82,6 +82,9 @@ void validate_dispatch_outputs(const LLDispatchPlan& plan, const LLDispatchOut& 
 LLCombinePlan validate_combine(const LLCombineIn& in, const LLBufferInfo& buf);
 void validate_combine_output(const LLCombinePlan& plan, const TensorRef& out, const LLBufferInfo& buf);
 
+// A call's counts: num_tokens in [0, max_tokens], num_topk in [1, ll::kMaxTopk].
+void validate_counts(int64_t num_tokens, int64_t num_topk, int64_t max_tokens);
+
 // The shape against the limits (ll::layout_unsupported) and the buffer size.
 ll::Layout validate_layout(int64_t max_tokens, int64_t hidden, int64_t num_experts, const LLBufferInfo& buf);
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_check.h"
+#include "common/error.h"
 #include "common/gpu_runtime.h"
 #include "transport/transport.h"
 
@@ -60,18 +62,13 @@ inline PlannedWrite plan_write(const AllToAllConfig& c, uint32_t src, uint32_t d
   return {src_off, dst_off, len};
 }
 
-inline std::string cuda_check(cudaError_t e, const char* what) {
-  return e == cudaSuccess ? std::string() : std::string(what) + ": " + cudaGetErrorString(e);
-}
-
-inline std::string fill_buffers(uint32_t rank, const AllToAllConfig& c, uint32_t n, uint8_t* send_dev,
-                                uint8_t* recv_dev) {
+// Throws CudaError naming the step that failed.
+inline void fill_buffers(uint32_t rank, const AllToAllConfig& c, uint32_t n, uint8_t* send_dev, uint8_t* recv_dev) {
   std::vector<uint8_t> h(send_bytes(c));
   for (uint64_t i = 0; i < h.size(); ++i) h[i] = pattern(rank, i);
-  std::string err = cuda_check(cudaMemcpy(send_dev, h.data(), h.size(), cudaMemcpyHostToDevice), "fill send buffer");
-  if (err.empty()) err = cuda_check(cudaMemset(recv_dev, kRecvFill, recv_bytes(c, n)), "fill receive buffer");
-  if (err.empty()) err = cuda_check(cudaDeviceSynchronize(), "fill buffers");
-  return err;
+  cuda_check(cudaMemcpy(send_dev, h.data(), h.size(), cudaMemcpyHostToDevice), "all-to-all", "fill send buffer");
+  cuda_check(cudaMemset(recv_dev, kRecvFill, recv_bytes(c, n)), "all-to-all", "fill receive buffer");
+  cuda_check(cudaDeviceSynchronize(), "all-to-all", "fill buffers");
 }
 
 // Runs the exchange on a connected transport whose region `send_mr` is send_dev (send_bytes)
@@ -120,10 +117,12 @@ inline std::string run_alltoall(transport::Transport& t, const AllToAllConfig& c
       PlannedWrite p = plan_write(c, src, me, k);
       if (!p.len) continue;
       host.resize(p.len);
-      if (auto e =
-              cuda_check(cudaMemcpy(host.data(), recv_dev + p.dst_off, p.len, cudaMemcpyDeviceToHost), "read back");
-          !e.empty())
-        return who + e;
+      try {  // a rank's thread reports failures as its result, never by throwing
+        cuda_check(cudaMemcpy(host.data(), recv_dev + p.dst_off, p.len, cudaMemcpyDeviceToHost), "all-to-all",
+                   "read back");
+      } catch (const CudaError& e) {
+        return who + e.what();
+      }
       for (uint64_t j = 0; j < p.len; ++j)
         if (host[j] != pattern(src, p.src_off + j))
           return who + "immediate " + std::to_string(k) + " from rank " + std::to_string(src) +
@@ -145,6 +144,7 @@ inline std::string run_alltoall(transport::Transport& t, const AllToAllConfig& c
 }
 
 // After every immediate arrived: the whole receive buffer equals the fill plus every planned write.
+// Returns "" or the first wrong byte; throws CudaError when the buffer cannot be read.
 inline std::string check_recv_buffer(uint32_t me, uint32_t n, const AllToAllConfig& c, const uint8_t* recv_dev) {
   std::vector<uint8_t> want(recv_bytes(c, n), kRecvFill), got(want.size());
   for (uint32_t src = 0; src < n; ++src)
@@ -152,9 +152,8 @@ inline std::string check_recv_buffer(uint32_t me, uint32_t n, const AllToAllConf
       PlannedWrite p = plan_write(c, src, me, k);
       for (uint64_t j = 0; j < p.len; ++j) want[p.dst_off + j] = pattern(src, p.src_off + j);
     }
-  if (auto e = cuda_check(cudaMemcpy(got.data(), recv_dev, got.size(), cudaMemcpyDeviceToHost), "read back");
-      !e.empty())
-    return "rank " + std::to_string(me) + ": " + e;
+  cuda_check(cudaMemcpy(got.data(), recv_dev, got.size(), cudaMemcpyDeviceToHost),
+             "all-to-all rank " + std::to_string(me), "read back");
   for (uint64_t i = 0; i < want.size(); ++i)
     if (got[i] != want[i])
       return "rank " + std::to_string(me) + ": receive buffer byte " + std::to_string(i) + " (slot of source " +

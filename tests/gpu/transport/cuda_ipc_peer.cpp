@@ -9,6 +9,7 @@
 #include <string>
 
 #include "alltoall.h"
+#include "common/cuda_check.h"
 #include "common/gpu_runtime.h"
 #include "testkit/shm_board.h"
 #include "transport/bootstrap/bootstrap.h"
@@ -20,18 +21,17 @@ namespace {
 std::string run(testkit::Board& board, uint32_t rank, int device, const test::AllToAllConfig& cfg, uint32_t imm_slots,
                 uint32_t max_outstanding) {
   const uint32_t n = board.num_ranks();
-  if (auto e = test::cuda_check(cudaSetDevice(device), "cudaSetDevice"); !e.empty()) return e;
+  // CUDA failures throw CudaError: main() reports them as this rank's result.
+  cuda_check(cudaSetDevice(device), "cuda_ipc_peer", "cudaSetDevice");
   // Regions start inside their allocations, so the descriptor's offset is exercised through IPC.
   constexpr size_t kLead = 4096;
   uint8_t *send_alloc = nullptr, *recv_alloc = nullptr;
-  if (auto e = test::cuda_check(cudaMalloc(&send_alloc, kLead + test::send_bytes(cfg)), "cudaMalloc send"); !e.empty())
-    return e;
-  if (auto e = test::cuda_check(cudaMalloc(&recv_alloc, kLead + test::recv_bytes(cfg, n)), "cudaMalloc recv");
-      !e.empty())
-    return e;
+  cuda_check(cudaMalloc(&send_alloc, kLead + test::send_bytes(cfg)), "cuda_ipc_peer", "cudaMalloc send");
+  cuda_check(cudaMalloc(&recv_alloc, kLead + test::recv_bytes(cfg, n)), "cuda_ipc_peer", "cudaMalloc recv");
   uint8_t *send = send_alloc + kLead, *recv = recv_alloc + kLead;
-  std::string err = test::fill_buffers(rank, cfg, n, send, recv);
-  if (err.empty()) {
+  test::fill_buffers(rank, cfg, n, send, recv);
+  std::string err;
+  {
     transport::cuda_ipc::CudaIpcConfig o;
     o.rank = rank;
     o.num_ranks = n;

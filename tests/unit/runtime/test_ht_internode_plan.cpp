@@ -2,6 +2,9 @@
 // carries per row in each stage, and the region the C API allocates for the worst case.
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "common/error.h"
 #include "kernels/ht/internode_protocol.h"
 #include "runtime/ht/internode_plan.h"
 
@@ -48,6 +51,41 @@ TEST(HtInternodePlan, RegionHoldsEveryTokenToEveryNodeAtTheWidestRow) {
     const in::Exchange smaller{static_cast<uint64_t>(bytes) - 2 * 16 * static_cast<uint64_t>(nodes), nodes};
     EXPECT_LT(smaller.row_capacity(ht_dispatch_row_bytes(bf16(7168), 16)), T) << nodes;
   }
+}
+
+// The shapes an internode dispatch's tables are sized by, checked before the pass starts.
+TEST(HtInternodePlan, RowsComeFromXScalesAndTopk) {
+  using namespace anyep::runtime;
+  const TensorRef x = contiguous_ref(nullptr, DType::kFloat8_e4m3fn, {6, 7168}, 0);
+  const TensorRef scales = contiguous_ref(nullptr, DType::kFloat32, {6, 56}, 0);
+  const TensorRef topk = contiguous_ref(nullptr, DType::kInt64, {6, 8}, 0);
+  const HTInternodeRows r = ht_internode_rows(x, scales, topk);
+  EXPECT_EQ(r.hidden, 7168);
+  EXPECT_EQ(r.x_dtype, DType::kFloat8_e4m3fn);
+  EXPECT_EQ(r.scale_dtype, DType::kFloat32);
+  EXPECT_EQ(r.scale_cols, 56);
+  EXPECT_EQ(ht_internode_rows(contiguous_ref(nullptr, DType::kBFloat16, {6, 7168}, 0), TensorRef(), topk).scale_cols,
+            0);
+  const auto message = [](const auto& fn) {
+    try {
+      fn();
+    } catch (const anyep::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InvalidArgument");
+  };
+  const TensorRef x1 = contiguous_ref(nullptr, DType::kBFloat16, {6}, 0);
+  EXPECT_NE(message([&] { ht_internode_rows(x1, TensorRef(), topk); }).find("x must be 2-D"), std::string::npos);
+  const TensorRef short_topk = contiguous_ref(nullptr, DType::kInt64, {5, 8}, 0);
+  EXPECT_NE(message([&] { ht_internode_rows(x, scales, short_topk); }).find("topk_idx must be [6, num_topk]"),
+            std::string::npos);
+  const TensorRef flat_scales = contiguous_ref(nullptr, DType::kFloat32, {6 * 56}, 0);
+  EXPECT_NE(message([&] { ht_internode_rows(x, flat_scales, topk); }).find("x_scales must be 2-D"), std::string::npos);
+
+  HTConfig cfg;  // 20 SMs: 10 channels
+  EXPECT_GT(ht_internode_node_channels(r, 8, 4, cfg), 0);
+  cfg.num_sms = 3;
+  EXPECT_NE(message([&] { ht_internode_node_channels(r, 8, 4, cfg); }).find("the config"), std::string::npos);
 }
 
 }  // namespace

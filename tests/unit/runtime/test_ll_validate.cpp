@@ -172,6 +172,29 @@ TEST(LLValidateDispatch, MoreTokensThanMaxTokens) {
   dispatch_invalid(in, {"x has 9 tokens", "more than num_max_dispatch_tokens_per_rank=8"});
 }
 
+TEST(LLValidateDispatch, TopkColumnsOutsideOneToSixteen) {
+  LLDispatchIn in = good_dispatch();
+  in.topk_idx = dev_tensor(DType::kInt64, {N, 17});
+  dispatch_invalid(in, {"topk_idx has 17 columns", "num_topk must be in [1, 16]"});
+  in.topk_idx = dev_tensor(DType::kInt64, {N, 0});
+  dispatch_invalid(in, {"topk_idx has 0 columns"});
+  LLCombineIn c = good_combine();
+  c.topk_idx = dev_tensor(DType::kInt64, {N, 17});
+  c.topk_weights = dev_tensor(DType::kFloat32, {N, 17});
+  combine_invalid(c, {"topk_idx has 17 columns"});
+}
+
+// The counts a caller that fills the kernel arguments itself passes (LowLatencyBuffer's
+// next_dispatch_common): the same limits as a dispatch's tensors.
+TEST(LLValidateCounts, TokensAndTopkWithinTheirLimits) {
+  EXPECT_NO_THROW(validate_counts(T, 16, T));
+  EXPECT_NO_THROW(validate_counts(0, 1, T));
+  expect_invalid([] { validate_counts(T + 1, K, T); }, {"9 tokens", "num_max_dispatch_tokens_per_rank=8"});
+  expect_invalid([] { validate_counts(-1, K, T); }, {"-1 tokens"});
+  expect_invalid([] { validate_counts(N, 17, T); }, {"num_topk", "got 17"});
+  expect_invalid([] { validate_counts(N, 0, T); }, {"num_topk", "got 0"});
+}
+
 TEST(LLValidateDispatch, ExpertsNotAMultipleOfRanks) {
   LLDispatchIn in = good_dispatch();
   in.num_experts = E + 1;
