@@ -1,5 +1,5 @@
 // anyep/src/capi/api_guard.h — the C boundary: every exported function runs its body through
-// guarded(), which turns anyep's exceptions (and anything else thrown) into an anyepStatus and
+// guarded(), which turns anyep's exceptions (and anything else thrown) into an anyep_status_t and
 // this thread's last-error text, so no C++ exception crosses into C.
 #pragma once
 
@@ -13,23 +13,23 @@
 namespace anyep::capi {
 
 // Records "<function>: <message>" as this thread's last error and returns `status`.
-anyepStatus fail(const char* function, anyepStatus status, const std::string& message);
+anyep_status_t fail(const char* function, anyep_status_t status, const std::string& message);
 // This thread's last error ("" if none).
 const char* last_error();
 
 template <typename F>
-anyepStatus guarded(const char* function, F&& body) noexcept {
+anyep_status_t guarded(const char* function, F&& body) noexcept {
   try {
     body();
-    return anyepSuccess;
+    return ANYEP_SUCCESS;
   } catch (const Error& e) {
     return fail(function, e.status(), e.what());
   } catch (const std::bad_alloc&) {
-    return fail(function, anyepInternalError, "out of host memory");
+    return fail(function, ANYEP_ERR_INTERNAL, "out of host memory");
   } catch (const std::exception& e) {
-    return fail(function, anyepInternalError, std::string("unexpected error: ") + e.what());
+    return fail(function, ANYEP_ERR_INTERNAL, std::string("unexpected error: ") + e.what());
   } catch (...) {
-    return fail(function, anyepInternalError, "unexpected error of unknown type");
+    return fail(function, ANYEP_ERR_INTERNAL, "unexpected error of unknown type");
   }
 }
 

@@ -38,8 +38,9 @@ inline std::vector<std::vector<uint8_t>> build_and_exchange(transport::Bootstrap
   std::vector<std::vector<uint8_t>> infos(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].size() >= 2 && all[r][0] == kFailed)
-      throw Error(static_cast<anyepStatus>(all[r][1]), "rank " + std::to_string(r) + " could not create its " + what +
-                                                           ": " + std::string(all[r].begin() + 2, all[r].end()));
+      throw Error(static_cast<anyep_status_t>(all[r][1]), "rank " + std::to_string(r) + " could not create its " +
+                                                              what + ": " +
+                                                              std::string(all[r].begin() + 2, all[r].end()));
     if (all[r].empty() || all[r][0] != kOk)
       throw InternalError("capi: rank " + std::to_string(r) + " sent a malformed " + what + " record");
     infos[r].assign(all[r].begin() + 1, all[r].end());

@@ -253,6 +253,20 @@ GroupSpec read_config(const anyep_config_t* cfg_in) {
   return s;
 }
 
+void read_versioned(const void* in, size_t size, size_t known, void* out, const char* type, const char* init) {
+  if (size < known || size > kMaxConfigBytes)
+    throw InvalidArgument(std::string("args->struct_size is ") + to_string(size) + ", not a size of " + type +
+                          " this library knows (" + to_string(known) + "): set it with " + init + "()");
+  const auto* bytes = static_cast<const unsigned char*>(in);
+  for (size_t i = known; i < size; ++i)
+    if (bytes[i] != 0)
+      throw InvalidArgument(std::string("args sets a field at byte ") + to_string(i) + " that this library's " + type +
+                            " (" + to_string(known) +
+                            " bytes) does not know: the program was built against a newer "
+                            "anyep.h than the library it runs with");
+  std::memcpy(out, in, known);
+}
+
 runtime::TensorRef tensor_ref(const anyep_tensor_t* t, const char* name, bool required) {
   runtime::TensorRef r;
   if (t == nullptr) {

@@ -63,6 +63,17 @@ anyep_dtype_t to_c_dtype(runtime::DType t);
 const char* c_dtype_name(int32_t t);
 const char* mode_name(int32_t m);
 
+// A versioned argument struct of the caller (struct_size first) copied into `out` as this library
+// knows it (`known` bytes): a size smaller than `known`, or too large to be one, is refused naming
+// `init`; so is a newer header's tail that is not zero.
+void read_versioned(const void* in, size_t size, size_t known, void* out, const char* type, const char* init);
+template <typename T>
+T read_versioned(const T* in, const char* type, const char* init) {
+  T out;
+  read_versioned(in, in->struct_size, sizeof(T), &out, type, init);
+  return out;
+}
+
 // The runtime descriptor of a C tensor argument (NULL: InvalidArgument "<name> is NULL" when
 // required, an absent tensor when not). Checks ndim, sizes and the dtype enum.
 runtime::TensorRef tensor_ref(const anyep_tensor_t* t, const char* name, bool required = true);

@@ -135,7 +135,7 @@ Registry<Group>& groups() {
 using namespace anyep;
 using namespace anyep::capi;
 
-extern "C" anyepStatus anyep_group_create(const anyep_config_t* cfg, anyep_group_t* group) {
+extern "C" anyep_status_t anyep_group_create(const anyep_config_t* cfg, anyep_group_t* group) {
   return guarded("anyep_group_create", [&] {
     require(group, "group");
     *group = nullptr;
@@ -144,7 +144,7 @@ extern "C" anyepStatus anyep_group_create(const anyep_config_t* cfg, anyep_group
   });
 }
 
-extern "C" anyepStatus anyep_group_destroy(anyep_group_t group) {
+extern "C" anyep_status_t anyep_group_destroy(anyep_group_t group) {
   return guarded("anyep_group_destroy", [&] {
     require(group, "group");
     std::shared_ptr<Group> g = groups().take(id_of(group));
@@ -181,11 +181,11 @@ extern "C" anyepStatus anyep_group_destroy(anyep_group_t group) {
   });
 }
 
-extern "C" anyepStatus anyep_group_get_async_error(anyep_group_t group, anyepStatus* async_error) {
+extern "C" anyep_status_t anyep_group_get_async_error(anyep_group_t group, anyep_status_t* async_error) {
   return guarded("anyep_group_get_async_error", [&] {
     require(group, "group");
     require(async_error, "async_error");
-    *async_error = anyepSuccess;
+    *async_error = ANYEP_SUCCESS;
     std::shared_ptr<Group> g = groups().get(id_of(group));
     try {
       if (g->ll) g->ll->check_async();
@@ -196,8 +196,8 @@ extern "C" anyepStatus anyep_group_get_async_error(anyep_group_t group, anyepSta
   });
 }
 
-extern "C" anyepStatus anyep_get_dispatch_outputs(anyep_group_t group, anyep_tensor_t* recv_x,
-                                                  anyep_tensor_t* recv_scales, anyep_tensor_t* recv_count) {
+extern "C" anyep_status_t anyep_get_dispatch_outputs(anyep_group_t group, anyep_tensor_t* recv_x,
+                                                     anyep_tensor_t* recv_scales, anyep_tensor_t* recv_count) {
   return guarded("anyep_get_dispatch_outputs", [&] {
     require(group, "group");
     std::shared_ptr<Group> g = groups().get(id_of(group));
@@ -222,7 +222,7 @@ extern "C" anyepStatus anyep_get_dispatch_outputs(anyep_group_t group, anyep_ten
   });
 }
 
-extern "C" anyepStatus anyep_get_device_count(int32_t* count) {
+extern "C" anyep_status_t anyep_get_device_count(int32_t* count) {
   return guarded("anyep_get_device_count", [&] {
     require(count, "count");
     *count = device_count(nullptr);

@@ -1,11 +1,16 @@
-// The C API's per-forward-pass handle: created from topk_idx, filled by dispatch, read by
-// combine; anyep_complete launches the receive phase of a send-only call.
+// The C API's per-forward-pass handle, mode-generic: anyep_handle_create, anyep_dispatch and
+// anyep_combine convert the caller's arguments and route by the handle's mode to the LL calls
+// (here) or the HT calls (ht_handle.cpp). The checks of the arguments are the runtime's
+// (runtime/ll/validate.h, runtime/ht/validate.h); what stays here is what only the C boundary
+// knows: NULL pointers, struct sizes, the mode, and the group's configuration. anyep_complete
+// launches the receive phase of an LL send-only call.
 #include <string>
 
 #include "anyep/anyep.h"
 #include "capi/api_guard.h"
 #include "capi/objects.h"
 #include "common/error.h"
+#include "runtime/common/check.h"
 #include "runtime/ll/validate.h"
 
 namespace anyep::capi {
@@ -33,37 +38,32 @@ void expect_nothing_staged(const Handle& h) {
                           " has not been completed: call anyep_complete first");
 }
 
-std::shared_ptr<Handle> create(anyep_group_t group, int32_t mode, const anyep_tensor_t* topk_idx) {
+}  // namespace
+
+void check_routing_rows(const Handle& h) {
+  const int64_t most = h.group->spec.max_tokens;
+  if (h.num_tokens > most)
+    throw InvalidArgument("topk_idx has " + to_string(h.num_tokens) +
+                          " tokens, more than the group's max_tokens_per_rank=" + to_string(most));
+}
+
+std::shared_ptr<Handle> ll_create(std::shared_ptr<Group> group, const anyep_tensor_t* topk_idx) {
   auto h = std::make_shared<Handle>();
-  h->group = groups().get(id_of(group));
+  h->group = std::move(group);
   const Group& g = *h->group;
   const GroupSpec& s = g.spec;
-  if (mode == ANYEP_MODE_HT)
-    throw InvalidArgument(
-        "mode is ANYEP_MODE_HT: HT handles come from anyep_ht_handle_create (their counts exchange needs a stream "
-        "and options)");
-  if (mode != ANYEP_MODE_LL)
-    throw InvalidArgument("mode is " + to_string(mode) + ": anyep_handle_create makes ANYEP_MODE_LL (1) handles");
   g.expect_mode(ANYEP_MODE_LL);
   h->mode = ANYEP_MODE_LL;
   h->topk_idx = tensor_ref(topk_idx, "topk_idx");
   const runtime::TensorRef& t = h->topk_idx;
-  if (t.dtype != runtime::DType::kInt64)
-    throw InvalidArgument(std::string("topk_idx must be ANYEP_INT64, got ") + c_dtype_name(to_c_dtype(t.dtype)));
-  if (t.ndim != 2)
-    throw InvalidArgument("topk_idx must have 2 dimensions [num_tokens, num_topk], got shape " + runtime::shape_str(t));
-  if (!t.contiguous()) throw InvalidArgument("topk_idx must be contiguous");
+  // The runtime's check of the routing, at creation: dispatch checks it again with x.
+  runtime::expect_tensor(t, "topk_idx", runtime::DType::kInt64, 2, g.ll ? g.device : t.device);
   h->num_tokens = t.shape[0];
   h->num_topk = t.shape[1];
-  if (h->num_tokens > s.max_tokens)
-    throw InvalidArgument("topk_idx has " + to_string(h->num_tokens) +
-                          " tokens, more than the group's max_tokens_per_rank=" + to_string(s.max_tokens));
+  check_routing_rows(*h);
   if (h->num_topk < 1 || h->num_topk > ll::kMaxTopk)
     throw InvalidArgument("topk_idx has " + to_string(h->num_topk) + " experts per token, outside [1, " +
                           to_string(ll::kMaxTopk) + "]");
-  if (g.ll && t.device != g.device)
-    throw InvalidArgument("topk_idx is on device " + to_string(t.device) + ", the group's device is " +
-                          to_string(g.device));
 
   // Handle memory: the storage the dispatch's src_info views (ll/layout.h), then layout_range [L, R].
   const ll::Layout lay{s.max_tokens, s.hidden, s.num_ranks, s.num_experts};
@@ -84,79 +84,73 @@ std::shared_ptr<Handle> create(anyep_group_t group, int32_t mode, const anyep_te
   return h;
 }
 
-void dispatch(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* recv_x,
-              const anyep_tensor_t* recv_scales, const anyep_tensor_t* recv_count, uint32_t flags, void* stream) {
-  std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_LL, "anyep_dispatch");
-  Group& g = *h->group;
+void ll_dispatch(Handle& h, const anyep_dispatch_args_t& a) {
+  Group& g = *h.group;
   const GroupSpec& s = g.spec;
-  check_flags(flags);
-  expect_nothing_staged(*h);
+  check_flags(a.flags);
+  expect_nothing_staged(h);
   runtime::LLDispatchIn in;
-  in.x = tensor_ref(x, "x");
+  in.x = tensor_ref(a.x, "x");
   if (in.x.ndim == 2 && in.x.shape[1] != s.hidden)
     throw InvalidArgument("x has hidden " + to_string(in.x.shape[1]) +
                           " (x.shape[1]); the group was created with hidden " + to_string(s.hidden));
-  in.topk_idx = h->topk_idx;
+  in.topk_idx = h.topk_idx;
   in.max_tokens = s.max_tokens;
   in.num_experts = s.num_experts;
   in.use_fp8 = s.fp8();
   in.round_scale = s.round_scale;
   in.use_ue8m0 = s.ue8m0;
   runtime::LLDispatchOut out;
-  out.recv_x = tensor_ref(recv_x, "recv_x");
+  out.recv_x = tensor_ref(a.recv_x, "recv_x");
   if (s.fp8()) {
-    out.recv_scales = tensor_ref(recv_scales, "recv_scales");
-  } else if (recv_scales) {
+    out.recv_scales = tensor_ref(a.recv_scales, "recv_scales");
+  } else if (a.recv_scales) {
     throw InvalidArgument("recv_scales must be NULL: the group's dispatch_dtype is ANYEP_BFLOAT16 (no scales)");
   }
-  out.recv_count = tensor_ref(recv_count, "recv_count");
-  out.src_info = h->src_info;
-  out.layout_range = h->layout_range;
-  const bool send_only = flags & ANYEP_SEND_ONLY;
+  out.recv_count = tensor_ref(a.recv_count, "recv_count");
+  out.src_info = h.src_info;
+  out.layout_range = h.layout_range;
+  const bool send_only = a.flags & ANYEP_SEND_ONLY;
   if (!g.ll) {
     const runtime::LLBufferInfo info = g.info(in.x.device);
     runtime::validate_dispatch_outputs(runtime::validate_dispatch(in, info), out, info);
     no_gpu("anyep_dispatch");
   }
-  RecvPhase recv = g.ll->dispatch(in, out, send_only, stream);
-  h->dispatched = true;
-  h->pending = std::move(recv);
-  h->pending_what = h->pending ? "dispatch" : nullptr;
+  RecvPhase recv = g.ll->dispatch(in, out, send_only, a.stream);
+  h.dispatched = true;
+  h.pending = std::move(recv);
+  h.pending_what = h.pending ? "dispatch" : nullptr;
 }
 
-void combine(anyep_handle_t handle, const anyep_tensor_t* expert_x, const anyep_tensor_t* topk_weights,
-             const anyep_tensor_t* out_c, uint32_t flags, void* stream) {
-  std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_LL, "anyep_combine");
-  Group& g = *h->group;
+void ll_combine(Handle& h, const anyep_combine_args_t& a) {
+  Group& g = *h.group;
   const GroupSpec& s = g.spec;
-  check_flags(flags);
-  expect_nothing_staged(*h);
+  check_flags(a.flags);
+  expect_nothing_staged(h);
   runtime::LLCombineIn in;
-  in.x = tensor_ref(expert_x, "expert_x");
-  in.topk_idx = h->topk_idx;
-  in.topk_weights = tensor_ref(topk_weights, "topk_weights");
-  in.src_info = h->src_info;
-  in.layout_range = h->layout_range;
+  in.x = tensor_ref(a.x, "x");
+  in.topk_idx = h.topk_idx;
+  in.topk_weights = tensor_ref(a.topk_weights, "topk_weights");
+  in.src_info = h.src_info;
+  in.layout_range = h.layout_range;
   in.max_tokens = s.max_tokens;
   in.num_experts = s.num_experts;
-  const runtime::TensorRef out = tensor_ref(out_c, "out");
+  const runtime::TensorRef out = tensor_ref(a.out, "out");
   if (in.x.ndim == 3 && in.x.shape[2] != s.hidden)
-    throw InvalidArgument("expert_x has hidden " + to_string(in.x.shape[2]) +
-                          " (expert_x.shape[2]); the group was created with hidden " + to_string(s.hidden));
-  if (!h->dispatched && g.ll)
+    throw InvalidArgument("x has hidden " + to_string(in.x.shape[2]) +
+                          " (x.shape[2]); the group was created with hidden " + to_string(s.hidden));
+  if (!h.dispatched && g.ll)
     throw InvalidArgument("the handle has no dispatch yet: combine follows the handle's dispatch");
-  const bool send_only = flags & ANYEP_SEND_ONLY;
+  const bool send_only = a.flags & ANYEP_SEND_ONLY;
   if (!g.ll) {
     const runtime::LLBufferInfo info = g.info(in.x.device);
     runtime::validate_combine_output(runtime::validate_combine(in, info), out, info);
     no_gpu("anyep_combine");
   }
-  RecvPhase recv = g.ll->combine(in, out, send_only, stream);
-  h->pending = std::move(recv);
-  h->pending_what = h->pending ? "combine" : nullptr;
+  RecvPhase recv = g.ll->combine(in, out, send_only, a.stream);
+  h.pending = std::move(recv);
+  h.pending_what = h.pending ? "combine" : nullptr;
 }
-
-}  // namespace
 
 Handle::~Handle() {
   if (!memory) return;
@@ -184,14 +178,18 @@ void alloc_handle_memory(Handle& h, size_t bytes, int device) {
   }
 }
 
-std::shared_ptr<Handle> live_handle(anyep_handle_t handle, anyep_mode_t mode, const char* call) {
+std::shared_ptr<Handle> live_handle(anyep_handle_t handle) {
   require(handle, "handle");
   std::shared_ptr<Handle> h = handles().get(id_of(handle));
   h->group->expect_live();
+  return h;
+}
+
+std::shared_ptr<Handle> live_handle(anyep_handle_t handle, anyep_mode_t mode, const char* call) {
+  std::shared_ptr<Handle> h = live_handle(handle);
   if (h->mode != mode)
-    throw InvalidArgument(
-        std::string(call) + " takes an " + (mode == ANYEP_MODE_LL ? "LL" : "HT") + " handle; this one is " +
-        (h->mode == ANYEP_MODE_LL ? "an LL handle (anyep_handle_create)" : "an HT handle (anyep_ht_handle_create)"));
+    throw InvalidArgument(std::string(call) + " takes an " + (mode == ANYEP_MODE_LL ? "LL" : "HT") +
+                          " handle; this one was created with " + mode_name(h->mode));
   return h;
 }
 
@@ -200,22 +198,71 @@ Registry<Handle>& handles() {
   return *r;
 }
 
+namespace {
+
+const char* mode_word(anyep_mode_t m) { return m == ANYEP_MODE_LL ? "an LL" : "an HT"; }
+
+// The args' mode must be the handle's; `init` names the function that fills them for it.
+void expect_args_mode(const Handle& h, const anyep_mode_t& args_mode, const char* init) {
+  const int32_t m = raw_enum(args_mode);
+  if (m == h.mode) return;
+  throw InvalidArgument(std::string("args->mode is ") + mode_name(m) + ", but the handle is " + mode_word(h.mode) +
+                        " handle (created with " + mode_name(h.mode) + "): fill the args for its mode with " + init +
+                        "(&args, " + mode_name(h.mode) + ")");
+}
+
+// A field of the other mode's args must stay NULL.
+void expect_unset(const void* p, const char* field, const Handle& h) {
+  if (p)
+    throw InvalidArgument(std::string("args->") + field + " is set, but " + mode_word(h.mode) +
+                          " handle does not take it: leave it NULL");
+}
+
+void expect_no_flags(uint32_t flags) {
+  if (flags != 0)
+    throw InvalidArgument("args->flags is " + to_string(flags) +
+                          ": an HT handle takes no flags (ANYEP_SEND_ONLY is LL's)");
+}
+
+}  // namespace
 }  // namespace anyep::capi
 
 using namespace anyep;
 using namespace anyep::capi;
 
-extern "C" anyepStatus anyep_handle_create(anyep_group_t group, anyep_mode_t mode, const anyep_tensor_t* topk_idx,
-                                           anyep_handle_t* handle) {
+extern "C" anyep_status_t anyep_handle_create(anyep_group_t group, anyep_mode_t mode, const anyep_tensor_t* topk_idx,
+                                              const anyep_ht_options_t* ht_options, anyep_stream_t stream,
+                                              anyep_handle_t* handle) {
   return guarded("anyep_handle_create", [&] {
     require(handle, "handle");
     *handle = nullptr;
     require(group, "group");
-    *handle = as_opaque<anyep_handle>(handles().add(create(group, raw_enum(mode), topk_idx)));
+    std::shared_ptr<Group> g = groups().get(id_of(group));
+    std::shared_ptr<Handle> h;
+    switch (raw_enum(mode)) {
+      case ANYEP_MODE_LL:
+        if (ht_options) throw InvalidArgument("ht_options must be NULL for an ANYEP_MODE_LL handle (HT tuning)");
+        h = ll_create(g, topk_idx);
+        break;
+      case ANYEP_MODE_HT:
+        h = ht_create(g, topk_idx, ht_options, stream);
+        break;
+      case ANYEP_MODE_BOTH:
+        throw InvalidArgument(
+            "mode is ANYEP_MODE_BOTH: a handle has one mode (ANYEP_MODE_LL or ANYEP_MODE_HT); a group of "
+            "ANYEP_MODE_BOTH makes handles of either");
+      default:
+        throw InvalidArgument("mode is " + to_string(raw_enum(mode)) + ", not ANYEP_MODE_LL (1) or ANYEP_MODE_HT (2)");
+    }
+    // An HT handle whose counts were exchanged: its dispatch is the group's next HT call.
+    const bool counted = h->ht && h->ht->num_recv >= 0;
+    const uint64_t id = handles().add(h);
+    if (counted) g->ht_awaiting_dispatch = id;
+    *handle = as_opaque<anyep_handle>(id);
   });
 }
 
-extern "C" anyepStatus anyep_handle_destroy(anyep_handle_t handle) {
+extern "C" anyep_status_t anyep_handle_destroy(anyep_handle_t handle) {
   return guarded("anyep_handle_destroy", [&] {
     require(handle, "handle");
     std::shared_ptr<Handle> h = handles().take(id_of(handle));  // the last reference frees the memory
@@ -225,19 +272,50 @@ extern "C" anyepStatus anyep_handle_destroy(anyep_handle_t handle) {
   });
 }
 
-extern "C" anyepStatus anyep_dispatch(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* recv_x,
-                                      const anyep_tensor_t* recv_scales, const anyep_tensor_t* recv_count,
-                                      uint32_t flags, anyep_stream_t stream) {
-  return guarded("anyep_dispatch", [&] { dispatch(handle, x, recv_x, recv_scales, recv_count, flags, stream); });
+extern "C" anyep_status_t anyep_handle_get_mode(anyep_handle_t handle, anyep_mode_t* mode) {
+  return guarded("anyep_handle_get_mode", [&] {
+    require(mode, "mode");
+    *mode = live_handle(handle)->mode;
+  });
 }
 
-extern "C" anyepStatus anyep_combine(anyep_handle_t handle, const anyep_tensor_t* expert_x,
-                                     const anyep_tensor_t* topk_weights, const anyep_tensor_t* out, uint32_t flags,
-                                     anyep_stream_t stream) {
-  return guarded("anyep_combine", [&] { combine(handle, expert_x, topk_weights, out, flags, stream); });
+extern "C" anyep_status_t anyep_dispatch(anyep_handle_t handle, const anyep_dispatch_args_t* args) {
+  return guarded("anyep_dispatch", [&] {
+    std::shared_ptr<Handle> h = live_handle(handle);
+    require(args, "args");
+    const auto a = read_versioned(args, "anyep_dispatch_args_t", "anyep_dispatch_args_init");
+    expect_args_mode(*h, a.mode, "anyep_dispatch_args_init");
+    if (h->mode == ANYEP_MODE_LL) {
+      expect_unset(a.x_scales, "x_scales", *h);
+      expect_unset(a.topk_weights, "topk_weights", *h);
+      expect_unset(a.recv_topk_idx, "recv_topk_idx", *h);
+      expect_unset(a.recv_topk_weights, "recv_topk_weights", *h);
+      ll_dispatch(*h, a);
+    } else {
+      expect_unset(a.recv_count, "recv_count", *h);
+      expect_no_flags(a.flags);
+      ht_dispatch(*h, id_of(handle), a);
+    }
+  });
 }
 
-extern "C" anyepStatus anyep_complete(anyep_handle_t handle, anyep_stream_t stream) {
+extern "C" anyep_status_t anyep_combine(anyep_handle_t handle, const anyep_combine_args_t* args) {
+  return guarded("anyep_combine", [&] {
+    std::shared_ptr<Handle> h = live_handle(handle);
+    require(args, "args");
+    const auto a = read_versioned(args, "anyep_combine_args_t", "anyep_combine_args_init");
+    expect_args_mode(*h, a.mode, "anyep_combine_args_init");
+    if (h->mode == ANYEP_MODE_LL) {
+      expect_unset(a.out_topk_weights, "out_topk_weights", *h);
+      ll_combine(*h, a);
+    } else {
+      expect_no_flags(a.flags);
+      ht_combine(*h, a);
+    }
+  });
+}
+
+extern "C" anyep_status_t anyep_complete(anyep_handle_t handle, anyep_stream_t stream) {
   return guarded("anyep_complete", [&] {
     std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_LL, "anyep_complete");
     if (!h->pending)

@@ -1,6 +1,6 @@
-// The C API's high-throughput calls (DeepEP's normal mode, intranode; runtime/ht/buffer.h): an
-// HT handle from topk_idx (layout, then the counts exchange, the host waiting for this rank's
-// received count), its dispatch (once) and its combine. Every argument check of the runtime
+// The C API's high-throughput side (DeepEP's normal mode; runtime/ht/buffer.h), behind the
+// mode-generic handle calls (handle.cpp): an HT handle from topk_idx (layout, then the counts exchange, the host
+// waiting for this rank's received count), its dispatch (once) and its combine. Every argument check of the runtime
 // (runtime/ht/validate.h) runs in GPU-free groups too.
 #include <string>
 
@@ -42,7 +42,7 @@ runtime::HTBufferInfo ht_info(const Group& g, int device_of_call) {
 void expect_no_awaiting(const Group& g, uint64_t self, const char* call) {
   if (g.ht_awaiting_dispatch != 0 && g.ht_awaiting_dispatch != self)
     throw InvalidArgument(std::string(call) + " refused: HT handle " + to_string(g.ht_awaiting_dispatch) +
-                          " exchanged its counts and has not dispatched; its anyep_ht_dispatch must be the group's "
+                          " exchanged its counts and has not dispatched; its dispatch must be the group's "
                           "next HT call on every rank");
 }
 
@@ -126,43 +126,39 @@ runtime::HTDispatchIn dispatch_in(const Handle& h, const HTState& st, const Tens
   return in;
 }
 
-void check_topk_idx(const Handle& h, const Group& g) {
-  const TensorRef& t = h.topk_idx;
-  const GroupSpec& s = g.spec;
-  if (t.dtype != DType::kInt64)
-    throw InvalidArgument(std::string("topk_idx must be ANYEP_INT64, got ") + c_dtype_name(to_c_dtype(t.dtype)));
-  if (t.ndim != 2)
-    throw InvalidArgument("topk_idx must have 2 dimensions [num_tokens, num_topk], got shape " + runtime::shape_str(t));
-  if (!t.contiguous()) throw InvalidArgument("topk_idx must be contiguous");
-  if (t.shape[0] > s.max_tokens)
-    throw InvalidArgument("topk_idx has " + to_string(t.shape[0]) +
-                          " tokens, more than the group's max_tokens_per_rank=" + to_string(s.max_tokens));
-  if (t.shape[1] < 1 || t.shape[1] > ht::kMaxTopk)
-    throw InvalidArgument("topk_idx has " + to_string(t.shape[1]) + " experts per token, outside [1, " +
-                          to_string(ht::kMaxTopk) + "]");
-  if (g.ht && t.device != g.device)
-    throw InvalidArgument("topk_idx is on device " + to_string(t.device) + ", the group's device is " +
-                          to_string(g.device));
+const HTState& counted(const Handle& h, const char* call) {
+  if (!h.group->ht) no_gpu(call, "needs the counts the GPU exchanges at the handle's creation");
+  return *h.ht;
 }
 
-std::shared_ptr<Handle> create(anyep_group_t group, const anyep_tensor_t* topk_idx, const anyep_ht_options_t* opts,
-                               void* stream) {
+}  // namespace
+
+std::shared_ptr<Handle> ht_create(std::shared_ptr<Group> group, const anyep_tensor_t* topk_idx,
+                                  const anyep_ht_options_t* opts, void* stream) {
   auto h = std::make_shared<Handle>();
-  h->group = groups().get(id_of(group));
+  h->group = std::move(group);
   Group& g = *h->group;
   const GroupSpec& s = g.spec;
   g.expect_mode(ANYEP_MODE_HT);
-  expect_no_awaiting(g, 0, "anyep_ht_handle_create");
+  expect_no_awaiting(g, 0, "anyep_handle_create");
   h->mode = ANYEP_MODE_HT;
   h->ht = std::make_unique<HTState>();
   HTState& st = *h->ht;
   st.options = read_ht_options(opts, g.ht_ranks);  // the HT buffer's ranks: the node's
   h->topk_idx = tensor_ref(topk_idx, "topk_idx");
-  check_topk_idx(*h, g);
-  h->num_tokens = h->topk_idx.shape[0];
-  h->num_topk = h->topk_idx.shape[1];
   const int dev = g.ht ? g.device : h->topk_idx.device;
   const runtime::HTBufferInfo info = ht_info(g, dev);
+  // The routing's checks (the runtime's), over all ranks: across nodes the layout spans them.
+  runtime::HTLayoutIn lin;
+  lin.topk_idx = h->topk_idx;
+  lin.num_experts = s.num_experts;
+  runtime::HTBufferInfo all = info;
+  all.rank = s.rank;
+  all.num_ranks = s.num_ranks;
+  const runtime::HTLayoutPlan lp = runtime::validate_ht_layout(lin, all);
+  h->num_tokens = h->topk_idx.shape[0];
+  h->num_topk = h->topk_idx.shape[1];
+  check_routing_rows(*h);
   if (info.device_sms > 0 && st.options.dispatch.num_sms > info.device_sms)
     throw InvalidArgument("options->num_sms is " + to_string(st.options.dispatch.num_sms) + ", more than the " +
                           to_string(info.device_sms) +
@@ -180,14 +176,6 @@ std::shared_ptr<Handle> create(anyep_group_t group, const anyep_tensor_t* topk_i
                     ht::dispatch_slot_bytes(x_bytes, static_cast<int>(st.scale_cols), K), g.ht_ranks, s.ht_bytes);
   check_ht_fits(st.options.combine, "combine", ht::combine_slot_bytes(s.hidden, K), g.ht_ranks, s.ht_bytes);
   if (g.internode()) {
-    // The routing's checks over all ranks; GPU-free, nothing more runs.
-    runtime::HTLayoutIn lin;
-    lin.topk_idx = h->topk_idx;
-    lin.num_experts = s.num_experts;
-    runtime::HTBufferInfo all = info;
-    all.rank = s.rank;
-    all.num_ranks = s.num_ranks;
-    runtime::validate_ht_layout(lin, all);
     lay_out_internode(*h, st, geo, dev);
     if (!g.ht) return h;
     st.route = g.ht->route(h->topk_idx, st.net, st.options.dispatch, st.options.expert_alignment, stream);
@@ -200,10 +188,6 @@ std::shared_ptr<Handle> create(anyep_group_t group, const anyep_tensor_t* topk_i
     return h;
   }
 
-  runtime::HTLayoutIn lin;
-  lin.topk_idx = h->topk_idx;
-  lin.num_experts = s.num_experts;
-  const runtime::HTLayoutPlan lp = runtime::validate_ht_layout(lin, info);
   lay_out_memory(*h, st, geo, dev);
 
   // The counts exchange plans for the dispatch to come: x of the group's hidden and dtype, its
@@ -229,10 +213,7 @@ std::shared_ptr<Handle> create(anyep_group_t group, const anyep_tensor_t* topk_i
   return h;
 }
 
-const HTState& counted(const Handle& h, const char* call) {
-  if (!h.group->ht) no_gpu(call, "needs the counts the GPU exchanges at anyep_ht_handle_create");
-  return *h.ht;
-}
+namespace {
 
 // Internode: the checks of a dispatch's inputs against the handle (the node's dispatch runs on
 // rows the exchange delivers, planned at the handle's creation), and that plan (GPU-free: the
@@ -264,10 +245,14 @@ runtime::HTDispatchPlan internode_plan(const Handle& h, const HTState& st, const
   return p;
 }
 
-void dispatch(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tensor_t* scales_c,
-              const anyep_tensor_t* weights_c, const anyep_tensor_t* recv_x, const anyep_tensor_t* recv_scales,
-              const anyep_tensor_t* recv_topk_idx, const anyep_tensor_t* recv_topk_weights, void* stream) {
-  std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_HT, "anyep_ht_dispatch");
+}  // namespace
+
+void ht_dispatch(Handle& handle, uint64_t id, const anyep_dispatch_args_t& a) {
+  Handle* h = &handle;
+  const anyep_tensor_t *x_c = a.x, *scales_c = a.x_scales, *weights_c = a.topk_weights;
+  const anyep_tensor_t *recv_x = a.recv_x, *recv_scales = a.recv_scales;
+  const anyep_tensor_t *recv_topk_idx = a.recv_topk_idx, *recv_topk_weights = a.recv_topk_weights;
+  void* stream = a.stream;
   Group& g = *h->group;
   const GroupSpec& s = g.spec;
   const HTState& st = *h->ht;
@@ -275,7 +260,7 @@ void dispatch(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tens
     throw InvalidArgument(
         "the handle has dispatched already: an HT handle dispatches once (a new forward pass "
         "takes a new handle)");
-  expect_no_awaiting(g, id_of(handle), "anyep_ht_dispatch");
+  expect_no_awaiting(g, id, "anyep_dispatch");
   const TensorRef x = tensor_ref(x_c, "x");
   if (x.dtype != s.dispatch_dtype)
     throw InvalidArgument(std::string("x is ") + c_dtype_name(to_c_dtype(x.dtype)) +
@@ -327,7 +312,7 @@ void dispatch(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tens
   runtime::expect_output(o.recv_topk_idx, specs.recv_topk_idx, "recv_topk_idx", info.device);
   o.recv_topk_weights = tensor_ref(recv_topk_weights, "recv_topk_weights");
   runtime::expect_output(o.recv_topk_weights, specs.recv_topk_weights, "recv_topk_weights", info.device);
-  if (!g.ht) no_gpu("anyep_ht_dispatch", "needs a GPU (every argument check passed)");
+  if (!g.ht) no_gpu("anyep_dispatch", "needs a GPU (every argument check passed)");
   if (g.internode()) {
     o.recv_channel_prefix_matrix = st.net.rcpm;
     o.recv_src_idx = st.net.src_idx;
@@ -345,6 +330,8 @@ void dispatch(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tens
   h->dispatched = true;
   g.ht_awaiting_dispatch = 0;
 }
+
+namespace {
 
 // Internode combine: the checks here and the node's (on the GPU), then the runtime's.
 void combine_internode(const Handle& h, const HTState& st, const TensorRef& x, const TensorRef& weights, int64_t M,
@@ -373,19 +360,22 @@ void combine_internode(const Handle& h, const HTState& st, const TensorRef& x, c
   } else if (out_weights_c) {
     throw InvalidArgument("out_topk_weights must be NULL when topk_weights is NULL");
   }
-  if (!g.ht) no_gpu("anyep_ht_combine", "needs a GPU (every argument check passed)");
+  if (!g.ht) no_gpu("anyep_combine", "needs a GPU (every argument check passed)");
   g.ht->internode_combine(st.route, st.net, x, weights, st.options.combine, out, out_w, stream);
 }
 
-void combine(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tensor_t* weights_c,
-             const anyep_tensor_t* out_c, const anyep_tensor_t* out_weights_c, void* stream) {
-  std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_HT, "anyep_ht_combine");
+}  // namespace
+
+void ht_combine(Handle& handle, const anyep_combine_args_t& a) {
+  Handle* h = &handle;
+  const anyep_tensor_t *x_c = a.x, *weights_c = a.topk_weights, *out_c = a.out, *out_weights_c = a.out_topk_weights;
+  void* stream = a.stream;
   Group& g = *h->group;
   const GroupSpec& s = g.spec;
   const HTState& st = *h->ht;
   if (!h->dispatched && g.ht)
-    throw InvalidArgument("the handle has no dispatch yet: combine follows the handle's anyep_ht_dispatch");
-  expect_no_awaiting(g, 0, "anyep_ht_combine");
+    throw InvalidArgument("the handle has no dispatch yet: combine follows the handle's dispatch");
+  expect_no_awaiting(g, 0, "anyep_combine");
   runtime::HTCombineIn in;
   in.x = tensor_ref(x_c, "x");
   if (in.x.ndim == 2 && in.x.shape[1] != s.hidden)
@@ -414,34 +404,17 @@ void combine(anyep_handle_t handle, const anyep_tensor_t* x_c, const anyep_tenso
   } else if (out_weights_c) {
     throw InvalidArgument("out_topk_weights must be NULL when topk_weights is NULL");
   }
-  if (!g.ht) no_gpu("anyep_ht_combine", "needs a GPU (every argument check passed)");
+  if (!g.ht) no_gpu("anyep_combine", "needs a GPU (every argument check passed)");
   g.ht->combine(in, p, out, out_w, stream);
 }
 
-}  // namespace
 }  // namespace anyep::capi
 
 using namespace anyep;
 using namespace anyep::capi;
 
-extern "C" anyepStatus anyep_ht_handle_create(anyep_group_t group, const anyep_tensor_t* topk_idx,
-                                              const anyep_ht_options_t* options, anyep_stream_t stream,
-                                              anyep_handle_t* handle) {
-  return guarded("anyep_ht_handle_create", [&] {
-    require(handle, "handle");
-    *handle = nullptr;
-    require(group, "group");
-    std::shared_ptr<Handle> h = capi::create(group, topk_idx, options, stream);
-    const bool counted = h->ht->num_recv >= 0;
-    std::shared_ptr<Group> g = h->group;
-    const uint64_t id = handles().add(std::move(h));
-    if (counted) g->ht_awaiting_dispatch = id;
-    *handle = as_opaque<anyep_handle>(id);
-  });
-}
-
-extern "C" anyepStatus anyep_ht_get_recv_counts(anyep_handle_t handle, int64_t* num_recv, int32_t* per_expert,
-                                                int64_t per_expert_len) {
+extern "C" anyep_status_t anyep_ht_get_recv_counts(anyep_handle_t handle, int64_t* num_recv, int32_t* per_expert,
+                                                   int64_t per_expert_len) {
   return guarded("anyep_ht_get_recv_counts", [&] {
     std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_HT, "anyep_ht_get_recv_counts");
     require(num_recv, "num_recv");
@@ -457,9 +430,9 @@ extern "C" anyepStatus anyep_ht_get_recv_counts(anyep_handle_t handle, int64_t* 
   });
 }
 
-extern "C" anyepStatus anyep_ht_get_dispatch_outputs(anyep_handle_t handle, anyep_tensor_t* recv_x,
-                                                     anyep_tensor_t* recv_scales, anyep_tensor_t* recv_topk_idx,
-                                                     anyep_tensor_t* recv_topk_weights) {
+extern "C" anyep_status_t anyep_ht_get_dispatch_outputs(anyep_handle_t handle, anyep_tensor_t* recv_x,
+                                                        anyep_tensor_t* recv_scales, anyep_tensor_t* recv_topk_idx,
+                                                        anyep_tensor_t* recv_topk_weights) {
   return guarded("anyep_ht_get_dispatch_outputs", [&] {
     std::shared_ptr<Handle> h = live_handle(handle, ANYEP_MODE_HT, "anyep_ht_get_dispatch_outputs");
     const HTState& st = counted(*h, "anyep_ht_get_dispatch_outputs");
@@ -473,17 +446,41 @@ extern "C" anyepStatus anyep_ht_get_dispatch_outputs(anyep_handle_t handle, anye
   });
 }
 
-extern "C" anyepStatus anyep_ht_dispatch(anyep_handle_t handle, const anyep_tensor_t* x, const anyep_tensor_t* x_scales,
-                                         const anyep_tensor_t* topk_weights, const anyep_tensor_t* recv_x,
-                                         const anyep_tensor_t* recv_scales, const anyep_tensor_t* recv_topk_idx,
-                                         const anyep_tensor_t* recv_topk_weights, anyep_stream_t stream) {
-  return guarded("anyep_ht_dispatch", [&] {
-    capi::dispatch(handle, x, x_scales, topk_weights, recv_x, recv_scales, recv_topk_idx, recv_topk_weights, stream);
-  });
+// The deprecated HT-only names (anyep.h): wrappers of the mode-generic calls.
+
+extern "C" anyep_status_t anyep_ht_handle_create(anyep_group_t group, const anyep_tensor_t* topk_idx,
+                                                 const anyep_ht_options_t* options, anyep_stream_t stream,
+                                                 anyep_handle_t* handle) {
+  return anyep_handle_create(group, ANYEP_MODE_HT, topk_idx, options, stream, handle);
 }
 
-extern "C" anyepStatus anyep_ht_combine(anyep_handle_t handle, const anyep_tensor_t* x,
-                                        const anyep_tensor_t* topk_weights, const anyep_tensor_t* out,
-                                        const anyep_tensor_t* out_topk_weights, anyep_stream_t stream) {
-  return guarded("anyep_ht_combine", [&] { capi::combine(handle, x, topk_weights, out, out_topk_weights, stream); });
+extern "C" anyep_status_t anyep_ht_dispatch(anyep_handle_t handle, const anyep_tensor_t* x,
+                                            const anyep_tensor_t* x_scales, const anyep_tensor_t* topk_weights,
+                                            const anyep_tensor_t* recv_x, const anyep_tensor_t* recv_scales,
+                                            const anyep_tensor_t* recv_topk_idx,
+                                            const anyep_tensor_t* recv_topk_weights, anyep_stream_t stream) {
+  anyep_dispatch_args_t a;
+  anyep_dispatch_args_init(&a, ANYEP_MODE_HT);
+  a.x = x;
+  a.x_scales = x_scales;
+  a.topk_weights = topk_weights;
+  a.recv_x = recv_x;
+  a.recv_scales = recv_scales;
+  a.recv_topk_idx = recv_topk_idx;
+  a.recv_topk_weights = recv_topk_weights;
+  a.stream = stream;
+  return anyep_dispatch(handle, &a);
+}
+
+extern "C" anyep_status_t anyep_ht_combine(anyep_handle_t handle, const anyep_tensor_t* x,
+                                           const anyep_tensor_t* topk_weights, const anyep_tensor_t* out,
+                                           const anyep_tensor_t* out_topk_weights, anyep_stream_t stream) {
+  anyep_combine_args_t a;
+  anyep_combine_args_init(&a, ANYEP_MODE_HT);
+  a.x = x;
+  a.topk_weights = topk_weights;
+  a.out = out;
+  a.out_topk_weights = out_topk_weights;
+  a.stream = stream;
+  return anyep_combine(handle, &a);
 }

@@ -78,8 +78,23 @@ struct Handle {
 
 Registry<Group>& groups();
 Registry<Handle>& handles();
-// The live handle behind `handle` of `mode`, its group live; InvalidArgument naming `call` otherwise.
+// The live handle behind `handle`, its group live; InvalidArgument otherwise. With `mode`, the
+// handle must be of it (`call` names the refused call).
+std::shared_ptr<Handle> live_handle(anyep_handle_t handle);
 std::shared_ptr<Handle> live_handle(anyep_handle_t handle, anyep_mode_t mode, const char* call);
+
+// The modes behind the C API's mode-generic handle calls (handle.cpp: LL; ht_handle.cpp: HT). The
+// arguments are the caller's; anyep_handle_create, anyep_dispatch and anyep_combine have checked
+// the mode and that the other mode's fields are unset.
+std::shared_ptr<Handle> ll_create(std::shared_ptr<Group> group, const anyep_tensor_t* topk_idx);
+std::shared_ptr<Handle> ht_create(std::shared_ptr<Group> group, const anyep_tensor_t* topk_idx,
+                                  const anyep_ht_options_t* options, void* stream);
+void ll_dispatch(Handle& h, const anyep_dispatch_args_t& a);
+void ll_combine(Handle& h, const anyep_combine_args_t& a);
+void ht_dispatch(Handle& h, uint64_t id, const anyep_dispatch_args_t& a);
+void ht_combine(Handle& h, const anyep_combine_args_t& a);
+// topk_idx's rows against the group's max_tokens_per_rank (what the runtime does not know).
+void check_routing_rows(const Handle& h);
 // Handle memory from the group's allocator (or cudaMalloc), freed by ~Handle.
 void alloc_handle_memory(Handle& h, size_t bytes, int device);
 

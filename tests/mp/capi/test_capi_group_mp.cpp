@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "anyep/anyep.h"
+#include "capi_calls.h"
 #include "testkit/mp_harness.h"
 
 namespace {
@@ -52,10 +53,10 @@ anyep_tensor_t fake_tensor(anyep_dtype_t dtype, int64_t a, int64_t b) {
   return x;
 }
 
-std::string status_text(anyepStatus s) { return std::string(anyepStatusName(s)) + ": " + anyep_get_last_error(); }
+std::string status_text(anyep_status_t s) { return std::string(anyep_status_name(s)) + ": " + anyep_get_last_error(); }
 
-void expect_refusal(anyepStatus got, anyepStatus want, const std::string& text) {
-  ANYEP_MP_CHECK(got == want, "got " + status_text(got) + ", expected " + anyepStatusName(want));
+void expect_refusal(anyep_status_t got, anyep_status_t want, const std::string& text) {
+  ANYEP_MP_CHECK(got == want, "got " + status_text(got) + ", expected " + anyep_status_name(want));
   const std::string m = anyep_get_last_error();
   ANYEP_MP_CHECK(m.find(text) != std::string::npos, "message '" + m + "' lacks '" + text + "'");
 }
@@ -64,23 +65,23 @@ void expect_refusal(anyepStatus got, anyepStatus want, const std::string& text) 
 void use_and_destroy(anyep_group_t g, Rank& r) {
   const anyep_tensor_t idx = fake_tensor(ANYEP_INT64, 8, 2);
   anyep_handle_t h = nullptr;
-  anyepStatus s = anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h);
-  ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+  anyep_status_t s = ll_create(g, &idx, &h);
+  ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
   anyep_tensor_t x = idx, recv_x, recv_count;
   x.dtype = ANYEP_BFLOAT16;
   x.shape[1] = 512;
   s = anyep_get_dispatch_outputs(g, &recv_x, nullptr, &recv_count);
-  ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+  ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
   ANYEP_MP_CHECK(recv_x.shape[0] == 4 && recv_x.shape[1] == 32 * static_cast<int64_t>(r.size),
                  "recv_x is [L=4, R*T], got [" + std::to_string(recv_x.shape[0]) + ", " +
                      std::to_string(recv_x.shape[1]) + ", ...]");
   recv_x.data = recv_count.data = idx.data;
-  expect_refusal(anyep_dispatch(h, &x, &recv_x, nullptr, &recv_count, 0, nullptr), anyepUnsupported, "no GPU");
+  expect_refusal(ll_dispatch(h, &x, &recv_x, nullptr, &recv_count, 0, nullptr), ANYEP_ERR_UNSUPPORTED, "no GPU");
   s = anyep_handle_destroy(h);
-  ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+  ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
   s = anyep_group_destroy(g);
-  ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
-  expect_refusal(anyep_group_destroy(g), anyepInvalidArgument, "is not a live anyep group");
+  ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
+  expect_refusal(anyep_group_destroy(g), ANYEP_ERR_INVALID_ARGUMENT, "is not a live anyep group");
 }
 
 RunOptions no_bootstrap() {
@@ -97,8 +98,8 @@ TEST(CApiGroupMp, TcpStoreCreatesAndDestroys) {
         [](Rank& r) {
           anyep_config_t c = tcp_config(r);
           anyep_group_t g = nullptr;
-          const anyepStatus s = anyep_group_create(&c, &g);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          const anyep_status_t s = anyep_group_create(&c, &g);
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
           use_and_destroy(g, r);
         },
         no_bootstrap());
@@ -139,8 +140,8 @@ TEST(CApiGroupMp, AllgatherCallbackCreatesAndDestroys) {
   auto res = run_ranks(3, [](Rank& r) {
     anyep_config_t c = callback_config(r, harness_allgather);
     anyep_group_t g = nullptr;
-    const anyepStatus s = anyep_group_create(&c, &g);
-    ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+    const anyep_status_t s = anyep_group_create(&c, &g);
+    ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
     use_and_destroy(g, r);
   });
   EXPECT_TRUE(res.ok()) << res.summary();
@@ -150,7 +151,7 @@ TEST(CApiGroupMp, MisorderedAllgatherIsNamed) {
   auto res = run_ranks(2, [](Rank& r) {
     anyep_config_t c = callback_config(r, reversed_allgather);
     anyep_group_t g = nullptr;
-    expect_refusal(anyep_group_create(&c, &g), anyepInvalidArgument,
+    expect_refusal(anyep_group_create(&c, &g), ANYEP_ERR_INVALID_ARGUMENT,
                    "allgather result does not hold this rank's contribution at index " + std::to_string(r.rank));
     ANYEP_MP_CHECK(g == nullptr, "no group after a failed create");
   });
@@ -168,7 +169,7 @@ TEST(CApiGroupMp, EveryRankNamesTheRankWhoseConfigurationDiffers) {
         const std::string want =
             r.rank == 2 ? "rank 0 was created with hidden=512, 1024 here (rank 2)"
                         : "rank 2 was created with hidden=1024, 512 here (rank " + std::to_string(r.rank) + ")";
-        expect_refusal(anyep_group_create(&c, &g), anyepInvalidArgument, want);
+        expect_refusal(anyep_group_create(&c, &g), ANYEP_ERR_INVALID_ARGUMENT, want);
       },
       no_bootstrap());
   EXPECT_TRUE(res.ok()) << res.summary();
@@ -184,21 +185,21 @@ TEST(CApiGroupMp, HtGroupsCreateAndDestroy) {
           anyep_config_t c = tcp_config(r);
           c.mode = mode;
           anyep_group_t g = nullptr;
-          anyepStatus s = anyep_group_create(&c, &g);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          anyep_status_t s = anyep_group_create(&c, &g);
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
           const anyep_tensor_t idx = fake_tensor(ANYEP_INT64, 8, 2), x = fake_tensor(ANYEP_BFLOAT16, 8, 512),
                                w = fake_tensor(ANYEP_FLOAT32, 8, 2);
           const anyep_tensor_t rx = fake_tensor(ANYEP_BFLOAT16, 5, 512), ri = fake_tensor(ANYEP_INT64, 5, 2),
                                rw = fake_tensor(ANYEP_FLOAT32, 5, 2);
           anyep_handle_t h = nullptr;
-          s = anyep_ht_handle_create(g, &idx, nullptr, nullptr, &h);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
-          expect_refusal(anyep_ht_dispatch(h, &x, nullptr, &w, &rx, nullptr, &ri, &rw, nullptr), anyepUnsupported,
+          s = ht_create(g, &idx, nullptr, nullptr, &h);
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
+          expect_refusal(ht_dispatch(h, &x, nullptr, &w, &rx, nullptr, &ri, &rw, nullptr), ANYEP_ERR_UNSUPPORTED,
                          "no GPU");
           s = anyep_handle_destroy(h);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
           s = anyep_group_destroy(g);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
         },
         no_bootstrap());
     EXPECT_TRUE(res.ok()) << "mode " << mode << "\n" << res.summary();
@@ -212,7 +213,7 @@ TEST(CApiGroupMp, EveryRankNamesTheRankWhoseModeOrHtBufferDiffers) {
         anyep_config_t c = tcp_config(r);
         c.mode = r.rank == 1 ? ANYEP_MODE_LL : ANYEP_MODE_BOTH;
         anyep_group_t g = nullptr;
-        expect_refusal(anyep_group_create(&c, &g), anyepInvalidArgument,
+        expect_refusal(anyep_group_create(&c, &g), ANYEP_ERR_INVALID_ARGUMENT,
                        r.rank == 1 ? "rank 0 was created with mode=ANYEP_MODE_BOTH, ANYEP_MODE_LL here (rank 1)"
                                    : "rank 1 was created with mode=ANYEP_MODE_LL, ANYEP_MODE_BOTH here (rank 0)");
       },
@@ -225,7 +226,7 @@ TEST(CApiGroupMp, EveryRankNamesTheRankWhoseModeOrHtBufferDiffers) {
         c.mode = ANYEP_MODE_HT;
         if (r.rank == 1) c.ht_buffer_bytes = 64 << 20;
         anyep_group_t g = nullptr;
-        expect_refusal(anyep_group_create(&c, &g), anyepInvalidArgument,
+        expect_refusal(anyep_group_create(&c, &g), ANYEP_ERR_INVALID_ARGUMENT,
                        r.rank == 1 ? "rank 0 was created with ht_buffer_bytes="
                                    : "rank 1 was created with ht_buffer_bytes=67108864");
       },
@@ -242,11 +243,11 @@ TEST(CApiGroupMp, RankThatNeverComesIsNamedWithinTheTimeout) {
         c.timeout_s = 1.5;
         anyep_group_t g = nullptr;
         const auto t0 = std::chrono::steady_clock::now();
-        const anyepStatus s = anyep_group_create(&c, &g);
+        const anyep_status_t s = anyep_group_create(&c, &g);
         const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ANYEP_MP_CHECK(s != anyepSuccess, "created without rank 1");
+        ANYEP_MP_CHECK(s != ANYEP_SUCCESS, "created without rank 1");
         ANYEP_MP_CHECK(took < 10, "took " + std::to_string(took) + " s for a 1.5 s timeout");
-        if (r.rank == 0) expect_refusal(s, anyepTimeout, "rank(s) 1 of 3 never joined");
+        if (r.rank == 0) expect_refusal(s, ANYEP_ERR_TIMEOUT, "rank(s) 1 of 3 never joined");
       },
       no_bootstrap());
   EXPECT_TRUE(res.ok()) << res.summary();
@@ -259,14 +260,14 @@ TEST(CApiGroupMp, DestroyWithARankGoneFailsNamingItAndStillFrees) {
         anyep_config_t c = tcp_config(r);
         c.timeout_s = 2;
         anyep_group_t g = nullptr;
-        const anyepStatus s = anyep_group_create(&c, &g);
-        ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+        const anyep_status_t s = anyep_group_create(&c, &g);
+        ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
         if (r.rank == 1) return;  // leaves without destroying: its sockets close with the process
-        const anyepStatus d = anyep_group_destroy(g);
-        ANYEP_MP_CHECK(d != anyepSuccess, "destroy succeeded without rank 1");
+        const anyep_status_t d = anyep_group_destroy(g);
+        ANYEP_MP_CHECK(d != ANYEP_SUCCESS, "destroy succeeded without rank 1");
         ANYEP_MP_CHECK(std::string(anyep_get_last_error()).find("rank 1") != std::string::npos,
                        "the error names rank 1: " + status_text(d));
-        expect_refusal(anyep_group_destroy(g), anyepInvalidArgument, "is not a live anyep group");
+        expect_refusal(anyep_group_destroy(g), ANYEP_ERR_INVALID_ARGUMENT, "is not a live anyep group");
       },
       no_bootstrap());
   EXPECT_TRUE(res.ok()) << res.summary();
@@ -287,26 +288,26 @@ TEST(CApiGroupMp, HtGroupAcrossNodesChecksEveryCallWithoutGpu) {
           anyep_config_t c = tcp_config(r);
           c.mode = ANYEP_MODE_HT;
           anyep_group_t g = nullptr;
-          anyepStatus s = anyep_group_create(&c, &g);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          anyep_status_t s = anyep_group_create(&c, &g);
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
           const anyep_tensor_t idx = fake_tensor(ANYEP_INT64, 8, 2), x = fake_tensor(ANYEP_BFLOAT16, 8, 512),
                                w = fake_tensor(ANYEP_FLOAT32, 8, 2);
           const anyep_tensor_t bad_w = fake_tensor(ANYEP_FLOAT32, 8, 3);
           const anyep_tensor_t rx = fake_tensor(ANYEP_BFLOAT16, 5, 512), ri = fake_tensor(ANYEP_INT64, 5, 2),
                                rw = fake_tensor(ANYEP_FLOAT32, 5, 2);
           anyep_handle_t h = nullptr;
-          s = anyep_ht_handle_create(g, &idx, nullptr, nullptr, &h);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
-          expect_refusal(anyep_ht_dispatch(h, &x, nullptr, &bad_w, &rx, nullptr, &ri, &rw, nullptr),
-                         anyepInvalidArgument, "topk_weights must be float32 [8, 2]");
-          expect_refusal(anyep_ht_dispatch(h, &x, nullptr, &w, &rx, nullptr, &ri, &rw, nullptr), anyepUnsupported,
+          s = ht_create(g, &idx, nullptr, nullptr, &h);
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
+          expect_refusal(ht_dispatch(h, &x, nullptr, &bad_w, &rx, nullptr, &ri, &rw, nullptr),
+                         ANYEP_ERR_INVALID_ARGUMENT, "topk_weights must be float32 [8, 2]");
+          expect_refusal(ht_dispatch(h, &x, nullptr, &w, &rx, nullptr, &ri, &rw, nullptr), ANYEP_ERR_UNSUPPORTED,
                          "no GPU");
           const anyep_tensor_t out = fake_tensor(ANYEP_BFLOAT16, 8, 512);
-          expect_refusal(anyep_ht_combine(h, &rx, nullptr, &out, nullptr, nullptr), anyepUnsupported, "no GPU");
+          expect_refusal(ht_combine(h, &rx, nullptr, &out, nullptr, nullptr), ANYEP_ERR_UNSUPPORTED, "no GPU");
           s = anyep_handle_destroy(h);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
           s = anyep_group_destroy(g);
-          ANYEP_MP_CHECK(s == anyepSuccess, status_text(s));
+          ANYEP_MP_CHECK(s == ANYEP_SUCCESS, status_text(s));
         },
         no_bootstrap());
     EXPECT_TRUE(res.ok()) << ranks << " ranks\n" << res.summary();

@@ -13,11 +13,11 @@
 extern "C" {
 #endif
 
-/* anyepStatusName(status) with status's bits, whatever they are. */
+/* anyep_status_name(status) with status's bits, whatever they are. */
 const char* c_caller_status_name(int32_t status);
-/* anyep_handle_create(group, mode, ...) with mode's bits, whatever they are. */
-anyepStatus c_caller_handle_create(anyep_group_t group, int32_t mode, const anyep_tensor_t* topk_idx,
-                                   anyep_handle_t* handle);
+/* anyep_handle_create(group, mode, topk_idx, NULL, NULL, handle) with mode's bits, whatever they are. */
+anyep_status_t c_caller_handle_create(anyep_group_t group, int32_t mode, const anyep_tensor_t* topk_idx,
+                                      anyep_handle_t* handle);
 
 #ifdef __cplusplus
 }

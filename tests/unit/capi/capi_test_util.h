@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "anyep/anyep.h"
+#include "capi_calls.h"
 
 namespace capi_test {
 
@@ -46,10 +47,11 @@ inline anyep_tensor_t tensor(anyep_dtype_t dtype, std::vector<int64_t> shape, in
 }
 
 // Expects `got` == `want` and the thread's last error to contain every piece of `text`.
-inline ::testing::AssertionResult refused(anyepStatus got, anyepStatus want, std::vector<std::string> text) {
+inline ::testing::AssertionResult refused(anyep_status_t got, anyep_status_t want, std::vector<std::string> text) {
   if (got != want)
-    return ::testing::AssertionFailure() << "status " << anyepStatusName(got) << ", expected " << anyepStatusName(want)
-                                         << " (last error: " << anyep_get_last_error() << ")";
+    return ::testing::AssertionFailure() << "status " << anyep_status_name(got) << ", expected "
+                                         << anyep_status_name(want) << " (last error: " << anyep_get_last_error()
+                                         << ")";
   const std::string msg = anyep_get_last_error();
   for (const std::string& t : text)
     if (msg.find(t) == std::string::npos)

@@ -6,5 +6,5 @@ int anyep_header_c99_check(void);
 int anyep_header_c99_check(void) {
   anyep_config_t cfg;
   anyep_config_init(&cfg);
-  return (int)cfg.struct_size + (int)ANYEP_VERSION_MAJOR + (int)anyepSuccess;
+  return (int)cfg.struct_size + (int)ANYEP_VERSION_MAJOR + (int)ANYEP_SUCCESS;
 }

@@ -1,4 +1,4 @@
-/* anyep/examples/ll_example.c — the C API (<anyep/anyep.h>) end to end, as a C99 program.
+/* anyep/tests/gpu/capi/capi_roundtrip.c — the C API (<anyep/anyep.h>) end to end, as a C99 program.
  *
  * The ranks are forked processes on this machine; they meet over anyep's built-in TCP store (the
  * parent binds 127.0.0.1:0 and hands rank 0 the socket, so no port can be taken in between).
@@ -17,7 +17,7 @@
  *                (every row in source order, its values, local expert ids and weights exact) and
  *                combine (every value and weight exact against a host reference), twice, and an
  *                FP8 HT dispatch (bytes and column-major scales moved exactly). Exits 77,
- *                printing "no GPU", where no GPU is visible (or the example was built without CUDA).
+ *                printing "no GPU", where no GPU is visible (or the program was built without CUDA).
  *   --part ht    the HT rounds of the GPU part alone. With ANYEP_HT_RANKS_PER_NODE=k (emulated
  *                nodes of k ranks) they run anyep's internode path: the rail exchange through the
  *                CPU proxy (ANYEP_HT_NET_PATH, e.g. libfabric with ANYEP_FI_PROVIDER=shm) between
@@ -26,8 +26,8 @@
  *   --part all   cpu and gpu (default).
  *
  * Exit status: 0 passed, 1 a check failed, 2 bad command line, 77 the GPU part could not run.
- * Build: examples/CMakeLists.txt (find_package(anyep)), or
- *   cc -std=c99 ll_example.c $(pkg-config --cflags --libs anyep) [-DANYEP_EXAMPLE_CUDA -lcudart]
+ * Build: tests/gpu/capi/CMakeLists.txt (target capi_roundtrip), or against an installed anyep
+ *   cc -std=c99 capi_roundtrip.c $(pkg-config --cflags --libs anyep) [-DANYEP_ROUNDTRIP_CUDA -lcudart]
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -48,7 +48,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef ANYEP_EXAMPLE_CUDA
+#include "capi_calls.h" /* the handle calls with their arguments in a row */
+
+#ifdef ANYEP_ROUNDTRIP_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -75,9 +77,9 @@ static void say(const char* fmt, ...) {
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
   if (g_rank >= 0)
-    printf("ll_example rank %d: %s\n", g_rank, line);
+    printf("capi_roundtrip rank %d: %s\n", g_rank, line);
   else
-    printf("ll_example: %s\n", line);
+    printf("capi_roundtrip: %s\n", line);
   fflush(stdout);
 }
 
@@ -88,7 +90,7 @@ static int parse_int(const char* name, const char* text, long lo, long hi, int* 
   errno = 0;
   v = strtol(text, &end, 10);
   if (*text == 0 || *end != 0 || errno != 0 || v < lo || v > hi) {
-    fprintf(stderr, "ll_example: %s='%s' is not an integer in [%ld, %ld]\n", name, text, lo, hi);
+    fprintf(stderr, "capi_roundtrip: %s='%s' is not an integer in [%ld, %ld]\n", name, text, lo, hi);
     return 0;
   }
   *out = (int)v;
@@ -96,17 +98,17 @@ static int parse_int(const char* name, const char* text, long lo, long hi, int* 
 }
 
 /* Expects `got` == `want` and a message containing `text`; prints what was shown. */
-static int expect_status(const char* what, anyepStatus got, anyepStatus want, const char* text) {
+static int expect_status(const char* what, anyep_status_t got, anyep_status_t want, const char* text) {
   const char* msg = anyep_get_last_error();
   if (got != want) {
-    say("FAILED: %s: %s, expected %s (%s)", what, anyepStatusName(got), anyepStatusName(want), msg);
+    say("FAILED: %s: %s, expected %s (%s)", what, anyep_status_name(got), anyep_status_name(want), msg);
     return 0;
   }
-  if (want != anyepSuccess && (msg == NULL || strstr(msg, text) == NULL)) {
+  if (want != ANYEP_SUCCESS && (msg == NULL || strstr(msg, text) == NULL)) {
     say("FAILED: %s: message '%s' lacks '%s'", what, msg ? msg : "(null)", text);
     return 0;
   }
-  if (want != anyepSuccess) say("ok: %s -> %s: %s", what, anyepStatusName(got), msg);
+  if (want != ANYEP_SUCCESS) say("ok: %s -> %s: %s", what, anyep_status_name(got), msg);
   return 1;
 }
 
@@ -147,44 +149,43 @@ static int refusals(const options* o) {
   cfg.bootstrap.kind = ANYEP_BOOTSTRAP_ALLGATHER;
   cfg.bootstrap.allgather = allgather_self;
 
-  ok &= expect_status("NULL config", anyep_group_create(NULL, &g), anyepInvalidArgument, "cfg is NULL");
+  ok &= expect_status("NULL config", anyep_group_create(NULL, &g), ANYEP_ERR_INVALID_ARGUMENT, "cfg is NULL");
   cfg.struct_size = 0;
-  ok &= expect_status("struct_size 0", anyep_group_create(&cfg, &g), anyepInvalidArgument, "struct_size");
+  ok &= expect_status("struct_size 0", anyep_group_create(&cfg, &g), ANYEP_ERR_INVALID_ARGUMENT, "struct_size");
   cfg.struct_size = sizeof cfg;
   cfg.dispatch_dtype = ANYEP_INT32;
-  ok &= expect_status("dispatch dtype int32", anyep_group_create(&cfg, &g), anyepInvalidArgument, "dispatch_dtype");
+  ok &=
+      expect_status("dispatch dtype int32", anyep_group_create(&cfg, &g), ANYEP_ERR_INVALID_ARGUMENT, "dispatch_dtype");
   cfg.dispatch_dtype = ANYEP_BFLOAT16;
   cfg.mode = ANYEP_MODE_HT;
   cfg.ht_buffer_bytes = 4096;
-  ok &= expect_status("HT buffer below its control data", anyep_group_create(&cfg, &g), anyepInvalidArgument,
+  ok &= expect_status("HT buffer below its control data", anyep_group_create(&cfg, &g), ANYEP_ERR_INVALID_ARGUMENT,
                       "ht_buffer_bytes");
   cfg.ht_buffer_bytes = 0;
   cfg.mode = ANYEP_MODE_LL;
   cfg.hidden = o->hidden + 1;
-  ok &= expect_status("hidden not a multiple of 128", anyep_group_create(&cfg, &g), anyepInvalidArgument, "hidden");
+  ok &=
+      expect_status("hidden not a multiple of 128", anyep_group_create(&cfg, &g), ANYEP_ERR_INVALID_ARGUMENT, "hidden");
   cfg.hidden = o->hidden;
-  if (!expect_status("GPU-free group", anyep_group_create(&cfg, &g), anyepSuccess, "")) return 0;
+  if (!expect_status("GPU-free group", anyep_group_create(&cfg, &g), ANYEP_SUCCESS, "")) return 0;
 
   idx = tensor2(fake, ANYEP_INT64, o->tokens + 1, o->topk, 0);
-  ok &= expect_status("topk_idx past max_tokens_per_rank", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h),
-                      anyepInvalidArgument, "max_tokens_per_rank");
+  ok &= expect_status("topk_idx past max_tokens_per_rank", ll_create(g, &idx, &h), ANYEP_ERR_INVALID_ARGUMENT,
+                      "max_tokens_per_rank");
   idx = tensor2(fake, ANYEP_FLOAT32, 1, o->topk, 0);
-  ok &= expect_status("topk_idx of float32", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepInvalidArgument,
-                      "ANYEP_INT64");
-  ok &= expect_status("NULL topk_idx", anyep_handle_create(g, ANYEP_MODE_LL, NULL, &h), anyepInvalidArgument,
-                      "topk_idx is NULL");
+  ok &=
+      expect_status("topk_idx of float32", ll_create(g, &idx, &h), ANYEP_ERR_INVALID_ARGUMENT, "topk_idx must be Long");
+  ok &= expect_status("NULL topk_idx", ll_create(g, NULL, &h), ANYEP_ERR_INVALID_ARGUMENT, "topk_idx is NULL");
   idx = tensor2(fake, ANYEP_INT64, 1, o->topk, 0);
-  ok &= expect_status("HT handle from the LL call", anyep_handle_create(g, ANYEP_MODE_HT, &idx, &h),
-                      anyepInvalidArgument, "anyep_ht_handle_create");
-  ok &= expect_status("HT call on an LL group", anyep_ht_handle_create(g, &idx, NULL, NULL, &h), anyepInvalidArgument,
+  ok &= expect_status("HT handle in an LL group", ht_create(g, &idx, NULL, NULL, &h), ANYEP_ERR_INVALID_ARGUMENT,
                       "cfg->mode = ANYEP_MODE_LL");
-  if (!expect_status("handle", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepSuccess, "")) return 0;
-  ok &= expect_status("complete with nothing staged", anyep_complete(h, NULL), anyepInvalidArgument,
+  if (!expect_status("handle", ll_create(g, &idx, &h), ANYEP_SUCCESS, "")) return 0;
+  ok &= expect_status("complete with nothing staged", anyep_complete(h, NULL), ANYEP_ERR_INVALID_ARGUMENT,
                       "nothing to complete");
-  ok &= expect_status("handle destroy", anyep_handle_destroy(h), anyepSuccess, "");
-  ok &= expect_status("handle destroyed twice", anyep_handle_destroy(h), anyepInvalidArgument, "not a live");
-  ok &= expect_status("group destroy", anyep_group_destroy(g), anyepSuccess, "");
-  ok &= expect_status("group destroyed twice", anyep_group_destroy(g), anyepInvalidArgument, "not a live");
+  ok &= expect_status("handle destroy", anyep_handle_destroy(h), ANYEP_SUCCESS, "");
+  ok &= expect_status("handle destroyed twice", anyep_handle_destroy(h), ANYEP_ERR_INVALID_ARGUMENT, "not a live");
+  ok &= expect_status("group destroy", anyep_group_destroy(g), ANYEP_SUCCESS, "");
+  ok &= expect_status("group destroyed twice", anyep_group_destroy(g), ANYEP_ERR_INVALID_ARGUMENT, "not a live");
   return ok;
 }
 
@@ -309,36 +310,36 @@ static int gpu_free_rank(const options* o, int rank, uint16_t port, int listen_f
   cfg.hidden = o->hidden;
   cfg.timeout_s = o->timeout;
   tcp_bootstrap(&cfg, rank, port, listen_fd);
-  if (!expect_status("GPU-free group over the TCP store", anyep_group_create(&cfg, &g), anyepSuccess, "")) return 1;
+  if (!expect_status("GPU-free group over the TCP store", anyep_group_create(&cfg, &g), ANYEP_SUCCESS, "")) return 1;
   idx = tensor2(fake, ANYEP_INT64, o->tokens, o->topk, 0);
-  if (!expect_status("handle", anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h), anyepSuccess, "")) return 1;
+  if (!expect_status("handle", ll_create(g, &idx, &h), ANYEP_SUCCESS, "")) return 1;
   x = tensor2(fake, ANYEP_BFLOAT16, o->tokens, o->hidden, 0);
-  ok &= expect_status("outputs", anyep_get_dispatch_outputs(g, &recv_x, NULL, &recv_count), anyepSuccess, "");
+  ok &= expect_status("outputs", anyep_get_dispatch_outputs(g, &recv_x, NULL, &recv_count), ANYEP_SUCCESS, "");
   recv_x.data = recv_count.data = fake;
   ok &= recv_x.shape[1] == (int64_t)o->ranks * o->tokens;
-  ok &= expect_status("dispatch in a GPU-free group", anyep_dispatch(h, &x, &recv_x, NULL, &recv_count, 0, NULL),
-                      anyepUnsupported, "no GPU");
-  ok &= expect_status("handle destroy", anyep_handle_destroy(h), anyepSuccess, "");
+  ok &= expect_status("dispatch in a GPU-free group", ll_dispatch(h, &x, &recv_x, NULL, &recv_count, 0, NULL),
+                      ANYEP_ERR_UNSUPPORTED, "no GPU");
+  ok &= expect_status("handle destroy", anyep_handle_destroy(h), ANYEP_SUCCESS, "");
   /* The group's HT side: an HT handle (every check of the layout and the counts exchange), a
    * dispatch refused only for the missing GPU. */
-  if (!expect_status("HT handle", anyep_ht_handle_create(g, &idx, NULL, NULL, &ht), anyepSuccess, "")) return 1;
+  if (!expect_status("HT handle", ht_create(g, &idx, NULL, NULL, &ht), ANYEP_SUCCESS, "")) return 1;
   wt = tensor2(fake, ANYEP_FLOAT32, o->tokens, o->topk, 0);
   ht_rx = tensor2(fake, ANYEP_BFLOAT16, o->tokens, o->hidden, 0);
   ht_ri = tensor2(fake, ANYEP_INT64, o->tokens, o->topk, 0);
   ht_rw = tensor2(fake, ANYEP_FLOAT32, o->tokens, o->topk, 0);
   ok &= expect_status("HT dispatch in a GPU-free group",
-                      anyep_ht_dispatch(ht, &x, NULL, &wt, &ht_rx, NULL, &ht_ri, &ht_rw, NULL), anyepUnsupported,
+                      ht_dispatch(ht, &x, NULL, &wt, &ht_rx, NULL, &ht_ri, &ht_rw, NULL), ANYEP_ERR_UNSUPPORTED,
                       "no GPU");
-  ok &= expect_status("HT handle destroy", anyep_handle_destroy(ht), anyepSuccess, "");
-  ok &= expect_status("HT handle destroyed twice", anyep_handle_destroy(ht), anyepInvalidArgument, "not a live");
-  ok &= expect_status("group destroy (collective)", anyep_group_destroy(g), anyepSuccess, "");
+  ok &= expect_status("HT handle destroy", anyep_handle_destroy(ht), ANYEP_SUCCESS, "");
+  ok &= expect_status("HT handle destroyed twice", anyep_handle_destroy(ht), ANYEP_ERR_INVALID_ARGUMENT, "not a live");
+  ok &= expect_status("group destroy (collective)", anyep_group_destroy(g), ANYEP_SUCCESS, "");
   if (ok) say("GPU-free group (LL and HT) of %d ranks created, used and destroyed", o->ranks);
   return ok ? 0 : 1;
 }
 
 /* ---- the GPU part -------------------------------------------------------------------------------- */
 
-#ifdef ANYEP_EXAMPLE_CUDA
+#ifdef ANYEP_ROUNDTRIP_CUDA
 
 static uint16_t to_bf16(float f) {
   uint32_t u;
@@ -393,13 +394,13 @@ static float expert_scale(int64_t e) { return (float)(1 + e % 3); }
       return 1;                                             \
     }                                                       \
   } while (0)
-#define ANYEP_OK(call)                                                               \
-  do {                                                                               \
-    anyepStatus s_ = (call);                                                         \
-    if (s_ != anyepSuccess) {                                                        \
-      say("FAILED: %s: %s: %s", #call, anyepStatusName(s_), anyep_get_last_error()); \
-      return 1;                                                                      \
-    }                                                                                \
+#define ANYEP_OK(call)                                                                 \
+  do {                                                                                 \
+    anyep_status_t s_ = (call);                                                        \
+    if (s_ != ANYEP_SUCCESS) {                                                         \
+      say("FAILED: %s: %s: %s", #call, anyep_status_name(s_), anyep_get_last_error()); \
+      return 1;                                                                        \
+    }                                                                                  \
   } while (0)
 
 static int64_t numel(const anyep_tensor_t* t) {
@@ -586,8 +587,8 @@ static int ll_round(const world* w, anyep_group_t g, int device, int staged, cud
   wt = tensor2(d_w, ANYEP_FLOAT32, w->T, w->K, device);
   out = tensor2(d_out, ANYEP_BFLOAT16, w->T, w->H, device);
 
-  ANYEP_OK(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h));
-  ANYEP_OK(anyep_dispatch(h, &x, &rx, NULL, &rc, flags, stream));
+  ANYEP_OK(ll_create(g, &idx, &h));
+  ANYEP_OK(ll_dispatch(h, &x, &rx, NULL, &rc, flags, stream));
   if (staged) ANYEP_OK(anyep_complete(h, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaMemcpy(h_rx, d_rx, LRTH * 2, cudaMemcpyDeviceToHost));
@@ -597,7 +598,7 @@ static int ll_round(const world* w, anyep_group_t g, int device, int staged, cud
     ex = rx;
     ex.data = d_y;
     CUDA_OK(cudaMemcpy(d_y, h_y, LRTH * 2, cudaMemcpyHostToDevice));
-    ANYEP_OK(anyep_combine(h, &ex, &wt, &out, flags, stream));
+    ANYEP_OK(ll_combine(h, &ex, &wt, &out, flags, stream));
     if (staged) ANYEP_OK(anyep_complete(h, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaMemcpy(h_out, d_out, TH * 2, cudaMemcpyDeviceToHost));
@@ -638,8 +639,8 @@ static int fp8_round(const world* w, anyep_group_t g, int device, cudaStream_t s
   CUDA_OK(cudaMemcpy(d_idx, w->idx + (size_t)w->rank * TK, TK * 8, cudaMemcpyHostToDevice));
   x = tensor2(d_x, ANYEP_BFLOAT16, w->T, w->H, device);
   idx = tensor2(d_idx, ANYEP_INT64, w->T, w->K, device);
-  ANYEP_OK(anyep_handle_create(g, ANYEP_MODE_LL, &idx, &h));
-  ANYEP_OK(anyep_dispatch(h, &x, &rx, &rs, &rc, 0, stream));
+  ANYEP_OK(ll_create(g, &idx, &h));
+  ANYEP_OK(ll_dispatch(h, &x, &rx, &rs, &rc, 0, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaMemcpy(h_rx, d_rx, (size_t)numel(&rx), cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(h_rs, d_rs, (size_t)numel(&rs) * 4, cudaMemcpyDeviceToHost));
@@ -774,7 +775,7 @@ static int ht_round(const world* w, anyep_group_t g, int device, cudaStream_t st
   float *h_rw, *h_ow = malloc(TK * 4);
   int64_t M = -1, row, n;
   int t, k, l, r, ok;
-  anyepStatus st;
+  anyep_status_t st;
   for (t = 0; t < w->T; ++t)
     for (k = 0; k < w->K; ++k) h_w[t * w->K + k] = weight_of(t, k);
   CUDA_OK(cudaMalloc(&d_x, TH * 2));
@@ -794,10 +795,11 @@ static int ht_round(const world* w, anyep_group_t g, int device, cudaStream_t st
   anyep_ht_options_init(&opt);
   opt.num_sms = 8; /* 4 sender and 4 receiver blocks: light on a GPU the ranks share */
   opt.expert_alignment = HT_ALIGN;
-  ANYEP_OK(anyep_ht_handle_create(g, &idx, &opt, stream, &h));
+  ANYEP_OK(ht_create(g, &idx, &opt, stream, &h));
   /* The handle's dispatch must be the group's next HT call: anything else is refused, locally. */
-  st = anyep_ht_handle_create(g, &idx, &opt, stream, &h2);
-  if (!expect_status("a second HT handle before the first one's dispatch", st, anyepInvalidArgument, "next HT call"))
+  st = ht_create(g, &idx, &opt, stream, &h2);
+  if (!expect_status("a second HT handle before the first one's dispatch", st, ANYEP_ERR_INVALID_ARGUMENT,
+                     "next HT call"))
     return 1;
 
   ANYEP_OK(anyep_ht_get_recv_counts(h, &M, per_expert, w->L));
@@ -830,7 +832,7 @@ static int ht_round(const world* w, anyep_group_t g, int device, cudaStream_t st
   h_y = malloc((size_t)n * w->H * 2);
   h_ri = malloc((size_t)n * w->K * 8);
   h_rw = malloc((size_t)n * w->K * 4);
-  ANYEP_OK(anyep_ht_dispatch(h, &x, NULL, &wt, &rx, NULL, &ri, &rw, stream));
+  ANYEP_OK(ht_dispatch(h, &x, NULL, &wt, &rx, NULL, &ri, &rw, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   if (M > 0) { /* no rows, no buffers (cudaMalloc of 0 bytes gives none) */
     CUDA_OK(cudaMemcpy(h_rx, d_rx, (size_t)M * w->H * 2, cudaMemcpyDeviceToHost));
@@ -844,7 +846,7 @@ static int ht_round(const world* w, anyep_group_t g, int device, cudaStream_t st
     if (M > 0) CUDA_OK(cudaMemcpy(d_y, h_y, (size_t)M * w->H * 2, cudaMemcpyHostToDevice));
     ex = rx;
     ex.data = d_y;
-    ANYEP_OK(anyep_ht_combine(h, &ex, &rw, &out, &ow, stream));
+    ANYEP_OK(ht_combine(h, &ex, &rw, &out, &ow, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaMemcpy(h_out, d_out, TH * 2, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(h_ow, d_ow, TK * 4, cudaMemcpyDeviceToHost));
@@ -904,7 +906,7 @@ static int ht_fp8_round(const world* w, anyep_group_t g, int device, cudaStream_
   anyep_ht_options_init(&opt);
   opt.num_sms = 8;
   opt.expert_alignment = HT_ALIGN;
-  ANYEP_OK(anyep_ht_handle_create(g, &idx, &opt, stream, &h));
+  ANYEP_OK(ht_create(g, &idx, &opt, stream, &h));
   ANYEP_OK(anyep_ht_get_recv_counts(h, &M, NULL, 0));
   ANYEP_OK(anyep_ht_get_dispatch_outputs(h, &rx, &rs, &ri, &rw));
   if (rs.ndim != 2 || rs.shape[0] != M || rs.shape[1] != G || rs.dtype != ANYEP_FLOAT32) {
@@ -917,7 +919,7 @@ static int ht_fp8_round(const world* w, anyep_group_t g, int device, cudaStream_
   rx.data = d_rx, rs.data = d_rs, ri.data = d_ri, rw.data = d_rw;
   h_rx = malloc((size_t)n * w->H), h_rs = malloc((size_t)n * G * 4);
   h_ri = malloc((size_t)n * w->K * 8), h_rw = malloc((size_t)n * w->K * 4);
-  ANYEP_OK(anyep_ht_dispatch(h, &x, &xs, &wt, &rx, &rs, &ri, &rw, stream));
+  ANYEP_OK(ht_dispatch(h, &x, &xs, &wt, &rx, &rs, &ri, &rw, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   if (M > 0) {
     CUDA_OK(cudaMemcpy(h_rx, d_rx, (size_t)M * w->H, cudaMemcpyDeviceToHost));
@@ -994,9 +996,9 @@ static void make_world(const options* o, int rank, world* w) {
 /* The device of this rank, or EXIT_SKIP when there is none. */
 static int pick_device(int rank, int* device) {
   int32_t n = 0;
-  anyepStatus s = anyep_get_device_count(&n);
-  if (s != anyepSuccess || n == 0) {
-    say("no GPU: the data path needs one (%s)", s == anyepSuccess ? "no CUDA device visible" : anyep_get_last_error());
+  anyep_status_t s = anyep_get_device_count(&n);
+  if (s != ANYEP_SUCCESS || n == 0) {
+    say("no GPU: the data path needs one (%s)", s == ANYEP_SUCCESS ? "no CUDA device visible" : anyep_get_last_error());
     return EXIT_SKIP;
   }
   *device = rank % n;
@@ -1018,7 +1020,7 @@ static int start_rank(const options* o, int rank, uint16_t port, int listen_fd, 
 static int gpu_rank_bf16(const options* o, int rank, uint16_t port, int listen_fd) {
   world w;
   anyep_group_t g = NULL;
-  anyepStatus async = anyepSuccess;
+  anyep_status_t async = ANYEP_SUCCESS;
   cudaStream_t stream;
   int device = 0, rc;
   if ((rc = start_rank(o, rank, port, listen_fd, ANYEP_MODE_LL, ANYEP_BFLOAT16, &w, &g, &device, &stream)) != 0)
@@ -1028,7 +1030,7 @@ static int gpu_rank_bf16(const options* o, int rank, uint16_t port, int listen_f
   rc = ll_round(&w, g, device, 0, stream);
   if (rc == 0) rc = ll_round(&w, g, device, 1, stream);
   ANYEP_OK(anyep_group_get_async_error(g, &async));
-  if (async != anyepSuccess) {
+  if (async != ANYEP_SUCCESS) {
     say("FAILED: asynchronous error: %s", anyep_get_last_error());
     rc = 1;
   }
@@ -1042,13 +1044,13 @@ static int rank_rounds(const options* o, int rank, uint16_t port, int listen_fd,
                        round_fn round, int passes) {
   world w;
   anyep_group_t g = NULL;
-  anyepStatus async = anyepSuccess;
+  anyep_status_t async = ANYEP_SUCCESS;
   cudaStream_t stream;
   int device = 0, rc, i;
   if ((rc = start_rank(o, rank, port, listen_fd, mode, dtype, &w, &g, &device, &stream)) != 0) return rc;
   for (i = 0; i < passes && rc == 0; ++i) rc = round(&w, g, device, stream);
   ANYEP_OK(anyep_group_get_async_error(g, &async));
-  if (async != anyepSuccess) {
+  if (async != ANYEP_SUCCESS) {
     say("FAILED: asynchronous error: %s", anyep_get_last_error());
     rc = 1;
   }
@@ -1080,11 +1082,11 @@ static int gpu_part(const options* o) {
   return rc;
 }
 
-#else /* no CUDA runtime in this build of the example */
+#else /* no CUDA runtime in this build of the program */
 
 static int gpu_part(const options* o) {
   (void)o;
-  say("no GPU: this example was built without the CUDA runtime (define ANYEP_EXAMPLE_CUDA and link cudart)");
+  say("no GPU: this program was built without the CUDA runtime (define ANYEP_ROUNDTRIP_CUDA and link cudart)");
   return EXIT_SKIP;
 }
 
@@ -1093,7 +1095,7 @@ static int gpu_part(const options* o) {
 /* ---- main ---------------------------------------------------------------------------------------- */
 
 static const char* kUsage =
-    "usage: ll_example [--part cpu|gpu|all] [--ranks N] [--tokens T] [--hidden H] [--local-experts L]\n"
+    "usage: capi_roundtrip [--part cpu|gpu|all] [--ranks N] [--tokens T] [--hidden H] [--local-experts L]\n"
     "                  [--topk K] [--timeout-s S]\n"
     "  --part          cpu: refusals and GPU-free groups; gpu: LL and HT dispatch/combine checked; ht: the HT\n"
     "                  rounds alone; all: cpu and gpu [all]\n"
@@ -1118,13 +1120,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (v == NULL) {
-      fprintf(stderr, "ll_example: %s needs a value\n%s", a, kUsage);
+      fprintf(stderr, "capi_roundtrip: %s needs a value\n%s", a, kUsage);
       return 2;
     }
     ++i;
     if (strcmp(a, "--part") == 0) {
       ok = strcmp(v, "cpu") == 0 || strcmp(v, "gpu") == 0 || strcmp(v, "ht") == 0 || strcmp(v, "all") == 0;
-      if (!ok) fprintf(stderr, "ll_example: --part='%s' is not cpu, gpu, ht or all\n", v);
+      if (!ok) fprintf(stderr, "capi_roundtrip: --part='%s' is not cpu, gpu, ht or all\n", v);
       o.part = v;
     } else if (strcmp(a, "--ranks") == 0) {
       ok = parse_int(a, v, 1, 16, &o.ranks);
@@ -1132,7 +1134,7 @@ int main(int argc, char** argv) {
       ok = parse_int(a, v, 1, 64, &o.tokens);
     } else if (strcmp(a, "--hidden") == 0) {
       ok = parse_int(a, v, 128, 4096, &o.hidden);
-      if (ok && o.hidden % 128 != 0) ok = 0, fprintf(stderr, "ll_example: --hidden must be a multiple of 128\n");
+      if (ok && o.hidden % 128 != 0) ok = 0, fprintf(stderr, "capi_roundtrip: --hidden must be a multiple of 128\n");
     } else if (strcmp(a, "--local-experts") == 0) {
       ok = parse_int(a, v, 1, 32, &o.local);
     } else if (strcmp(a, "--topk") == 0) {
@@ -1141,7 +1143,7 @@ int main(int argc, char** argv) {
       ok = parse_int(a, v, 1, 3600, &timeout);
       o.timeout = timeout;
     } else {
-      fprintf(stderr, "ll_example: unknown option %s\n", a);
+      fprintf(stderr, "capi_roundtrip: unknown option %s\n", a);
       ok = 0;
     }
     if (!ok) {
@@ -1150,7 +1152,7 @@ int main(int argc, char** argv) {
     }
   }
   if (o.topk > o.ranks * o.local) {
-    fprintf(stderr, "ll_example: --topk %d is more than the %d experts\n", o.topk, o.ranks * o.local);
+    fprintf(stderr, "capi_roundtrip: --topk %d is more than the %d experts\n", o.topk, o.ranks * o.local);
     return 2;
   }
   /* A per-run secret for the TCP store's hellos, unless the caller set one. */
@@ -1158,7 +1160,7 @@ int main(int argc, char** argv) {
     FILE* f = fopen("/dev/urandom", "rb");
     unsigned char b[16];
     if (f == NULL || fread(b, 1, sizeof b, f) != sizeof b) {
-      fprintf(stderr, "ll_example: cannot read /dev/urandom for the bootstrap secret\n");
+      fprintf(stderr, "capi_roundtrip: cannot read /dev/urandom for the bootstrap secret\n");
       return 1;
     }
     fclose(f);
