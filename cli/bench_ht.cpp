@@ -15,7 +15,14 @@
 namespace anyep::cli {
 namespace {
 
+constexpr const char* kScript = "bench/ht/bench_ht.py";  // python_bench.h finds it
+
 const Command& ht_command() {
+  // The script's place (installed share/anyep/bench, or the source checkout): python_bench.h.
+  static const std::string footer =
+      "exit status: 0 done, 1 failed, 2 bad command line, 77 cannot run here (needs a GPU,\n"
+      "python3 with torch, and the script)\n" +
+      bench_script_note(kScript);
   static const Command c{
       "anyep bench ht [options]",
       "HT dispatch (BF16 and FP8) and combine across the GPUs of this machine (one process per GPU; two\n"
@@ -34,8 +41,7 @@ const Command& ht_command() {
                            {"--no-nccl", nullptr, "skip the NCCL baseline"},
                            {"--timeout-s", "S", "the whole run, seconds (0, 86400] [900]"}},
                           "plot GB/s against SMs for each operation (needs python3 with matplotlib)"),
-      "exit status: 0 done, 1 failed, 2 bad command line, 77 cannot run here (needs a GPU, python3 with torch,\n"
-      "and bench/ht/bench_ht.py of a source checkout)\n"};
+      footer.c_str()};
   return c;
 }
 
@@ -84,8 +90,7 @@ int bench_ht(int argc, char** argv, int first) {
   };
   if (const auto rc = parse_command(cmd, argc, argv, first, "anyep bench ht", each)) return *rc;
   PythonBenchRun run;
-  if (const int rc = run_python_bench("anyep bench ht", "bench/ht/bench_ht.py", 1, pass, timeout_s, kToTable, &run))
-    return rc;
+  if (const int rc = run_python_bench("anyep bench ht", kScript, 1, pass, timeout_s, kToTable, &run)) return rc;
   Report r;
   r.bench = "ht";
   r.title = "HT dispatch/combine (bench/ht/bench_ht.py), rank 0's GB/s by SM count (DeepEP's counting)";

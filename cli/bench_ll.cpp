@@ -15,7 +15,14 @@
 namespace anyep::cli {
 namespace {
 
+constexpr const char* kScript = "bench/ll/bench_ll.py";  // python_bench.h finds it
+
 const Command& ll_command() {
+  // The script's place (installed share/anyep/bench, or the source checkout): python_bench.h.
+  static const std::string footer =
+      "exit status: 0 done, 1 failed, 2 bad command line, 77 cannot run here (needs a GPU per rank,\n"
+      "python3 with torch, and the script)\n" +
+      bench_script_note(kScript);
   static const Command c{
       "anyep bench ll [options]",
       "LL dispatch (FP8) and combine (BF16) across the GPUs of this machine, a rank per GPU, one Buffer per LL\n"
@@ -32,8 +39,7 @@ const Command& ll_command() {
            {"--paths", "LIST", "LL paths to measure: auto, proxy-cuda-ipc, proxy-libfabric (comma list) [auto]"},
            {"--timeout-s", "S", "the whole run, seconds (0, 86400] [900]"}},
           "plot dispatch and combine times by path (needs python3 with matplotlib)"),
-      "exit status: 0 done, 1 failed, 2 bad command line, 77 cannot run here (needs a GPU per rank, python3 with\n"
-      "torch, and bench/ll/bench_ll.py of a source checkout)\n"};
+      footer.c_str()};
   return c;
 }
 
@@ -84,8 +90,7 @@ int bench_ll(int argc, char** argv, int first) {
   };
   if (const auto rc = parse_command(cmd, argc, argv, first, "anyep bench ll", each)) return *rc;
   PythonBenchRun run;
-  if (const int rc = run_python_bench("anyep bench ll", "bench/ll/bench_ll.py", ranks, pass, timeout_s, kToTable, &run))
-    return rc;
+  if (const int rc = run_python_bench("anyep bench ll", kScript, ranks, pass, timeout_s, kToTable, &run)) return rc;
   Report r;
   r.bench = "ll";
   r.title = "LL dispatch/combine (bench/ll/bench_ll.py), medians in us (GB/s where named), by rank";

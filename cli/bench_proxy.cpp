@@ -3,11 +3,11 @@
 // local processes: CPU producers (playing GPU warps) -> channel rings -> proxy threads ->
 // transport (libfabric shm or tcp on 127.0.0.1) -> ordering engine -> counters, where an
 // observer thread (playing the receiving kernel) checks every byte a signal vouches for, acks it,
-// and the run ends with exact signal counts (src/proxy/workload.h). `--provider loopback` runs
+// and the run ends with exact signal counts (bench/kit/workload.h). `--provider loopback` runs
 // the ranks as threads of this process over the in-process loopback transport instead; a
 // libfabric provider that is not available is an error, never a silent fallback.
 //
-// The ranks are forked children (testkit::run_ranks): a rank killed by a signal or stopped
+// The ranks are forked children (benchkit::run_ranks, bench/kit/mp_harness.h): a rank killed by a signal or stopped
 // (no heartbeat for --liveness-s) ends the job at once with an error naming it, the others are
 // killed, the ranks die with this process, and a dead rank's shm files are removed.
 // The results table (and --json, --plot) comes from cli/report.h; a progress line every few
@@ -25,21 +25,20 @@
 #include <vector>
 
 #include "args.h"
+#include "bench/kit/local_cluster.h"
+#include "bench/kit/mp_harness.h"
+#include "bench/kit/workload_rank.h"
 #include "commands.h"
 #include "common/error.h"
 #include "common/parse.h"
 #include "report.h"
-#include "testkit/local_cluster.h"
-#include "testkit/mp_harness.h"
-#include "testkit/tsan_transport.h"
-#include "testkit/workload_rank.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/factory.h"
 
 namespace anyep::cli {
 
 using namespace anyep::proxy;
-using namespace anyep::testkit;
+using namespace anyep::benchkit;
 
 namespace {
 
@@ -176,7 +175,7 @@ Report with_config(Report r, uint32_t ranks, uint32_t threads, const std::string
 
 }  // namespace
 
-int bench_proxy(int argc, char** argv, int first, const char* prog) {
+int bench_proxy(int argc, char** argv, int first, const char* prog, const EndpointMaker& make_endpoint) {
   uint32_t ranks = 4, threads = 2;
   std::string provider = "shm";
   WorkloadConfig w;
@@ -295,7 +294,7 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
     }
     std::fprintf(text, "  transport: libfabric %s, every rank its own process, TCP bootstrap on 127.0.0.1\n",
                  provider.c_str());
-    testkit::RunOptions opt;
+    benchkit::RunOptions opt;
     opt.bootstrap_timeout_s = 20;
     opt.timeout_s = job_timeout_s;
     opt.liveness_s = liveness_s;
@@ -310,12 +309,11 @@ int bench_proxy(int argc, char** argv, int first, const char* prog) {
       progress.emplace(prog, std::to_string(ranks) + " ranks (processes) running " + std::to_string(w.ll_rounds) +
                                  " LL rounds per producer");
     };
-    auto res = testkit::run_ranks(
+    auto res = benchkit::run_ranks(
         ranks,
-        [&](testkit::Rank& r) {
+        [&](benchkit::Rank& r) {
           RankRun run = run_workload_rank(w, ProxyConfig::from_env(), threads, *r.boot, [&](uint32_t) {
-            // Under TSan the endpoint models the NIC's reads at post time (testkit/tsan_transport.h).
-            return make_tsan_aware_transport(transport::TransportSpec::from_env(provider, r.rank, ranks));
+            return make_endpoint(transport::TransportSpec::from_env(provider, r.rank, ranks));
           });
           Summary s{run.result.commands,
                     run.result.payload_bytes,

@@ -14,11 +14,12 @@
 #include <vector>
 
 #include "args.h"
+#include "bench/kit/mp_harness.h"
 #include "commands.h"
 #include "common/error.h"
+#include "common/fabric_providers.h"
 #include "common/parse.h"
 #include "report.h"
-#include "testkit/mp_harness.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/factory.h"
 
@@ -32,15 +33,22 @@ using transport::MrId;
 using transport::Transport;
 using transport::WriteDesc;
 
+// --providers takes the libfabric transports (common/fabric_providers.h).
+std::string fabric_transport(const std::string& opt, const std::string& name) {
+  if (fabric::provider_of(name)) return name;
+  throw InvalidArgument(parse_detail::quoted(opt, name) +
+                        " is not accepted (accepted: " + fabric::transport_name_list() + ")");
+}
+
 const Command& command() {
+  static const std::string providers_help =
+      "comma list of " + fabric::transport_name_list() + " [shm,tcp] (unavailable ones are reported and skipped)";
   static const Command c{
       "anyep bench transport [options]",
       "Two processes on this machine (rank 0 sends, rank 1 answers) over an anyep transport: bandwidth and\n"
       "one-way latency for message sizes from --min to --max (x4 each step), with progress per size.",
       with_output_options(
-          {{"--providers", "LIST",
-            "comma list of shm, tcp, efa, verbs, cxi, libfabric [shm,tcp] (unavailable ones are "
-            "reported and skipped)"},
+          {{"--providers", "LIST", providers_help.c_str()},
            {"--min", "BYTES", "smallest message, 1..2^30 [64]"},
            {"--max", "BYTES", "largest message, 1..2^30 [4194304]"},
            {"--window", "W", "writes in flight in the bandwidth test, 1..1024 [64]"},
@@ -113,7 +121,7 @@ std::vector<uint64_t> sizes_of(const Opts& o) {
 }
 
 // One rank of one provider's run. Rank 0 returns its points as text lines.
-std::string run_rank(const Opts& o, const std::string& prov, testkit::Rank& r) {
+std::string run_rank(const Opts& o, const std::string& prov, benchkit::Rank& r) {
   transport::TransportSpec spec = transport::TransportSpec::from_env(prov, r.rank, r.size);
   spec.chaos.reset();                // the transport itself, not the chaos wrapper
   spec.libfabric.want_hmem = false;  // host memory
@@ -210,10 +218,7 @@ int bench_transport(int argc, char** argv, int first) {
   OutputOptions out;
   Opts o;
   const auto each = [&](const std::string& a, const std::string& v) {
-    if (a == "--providers")
-      o.providers = split_list(v, [&](const std::string& p) {
-        return parse_choice(a, p, {"shm", "tcp", "efa", "verbs", "cxi", "libfabric"});
-      });
+    if (a == "--providers") o.providers = split_list(v, [&](const std::string& p) { return fabric_transport(a, p); });
     if (a == "--min") o.min_size = parse_count(a, v, 1, 1ull << 30);
     if (a == "--max") o.max_size = parse_count(a, v, 1, 1ull << 30);
     if (a == "--window") o.window = static_cast<uint32_t>(parse_count(a, v, 1, 1024));
@@ -244,11 +249,11 @@ int bench_transport(int argc, char** argv, int first) {
       std::fprintf(stderr, "[anyep bench transport] %s: not available here: %s\n", prov.c_str(), why.c_str());
       continue;
     }
-    testkit::RunOptions ro;
+    benchkit::RunOptions ro;
     ro.timeout_s = 3600;
     ro.kill_all_on_failure = true;
-    auto res = testkit::run_ranks(
-        2, [&](testkit::Rank& rank) { rank.result = run_rank(o, prov, rank); }, ro);
+    auto res = benchkit::run_ranks(
+        2, [&](benchkit::Rank& rank) { rank.result = run_rank(o, prov, rank); }, ro);
     if (!res.ok()) {
       std::fprintf(stderr, "anyep bench transport: %s FAILED\n%s", prov.c_str(), res.summary().c_str());
       r.ok = false;

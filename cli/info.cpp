@@ -380,8 +380,7 @@ int info(int argc, char** argv, int first) {
     doc.set("nics", nics_json());
     doc.set("libfabric", libfabric_json());
     Json transports = Json::array();
-    for (const char* n : {"efa", "cxi", "verbs", "tcp", "shm", "libfabric", "cuda-ipc", "loopback"})
-      transports.push(transport_json(n));
+    for (const std::string& n : transport::transport_names()) transports.push(transport_json(n));
     doc.set("paths", paths_json(transports, doc.find("gpus")->items().size()));
     doc.set("transports", transports);
     doc.set("environment", env_json());

@@ -18,11 +18,13 @@ constexpr const char* kHelp =
     "                    guarantees, what the proxy emulates, the paths an LL Buffer would take\n"
     "  bench proxy       the CPU proxy pipeline across local processes (no GPU; the README's main job)\n"
     "  bench transport   the transport between two local processes: latency and bandwidth by message size\n"
-    "  bench ll          LL dispatch/combine against an NCCL baseline (2 GPUs, torch: bench/ll/bench_ll.py)\n"
+    "  bench ll          LL dispatch/combine against an NCCL baseline (a GPU per rank, torch: bench_ll.py)\n"
     "  bench ht          high-throughput (intranode) dispatch/combine, SM sweep, NCCL baseline (needs a GPU)\n"
     "  version           the version\n"
     "\n"
     "every bench prints a results table; --json prints it as JSON on stdout, --plot FILE.png draws it\n"
+    "bench ll|ht run Python scripts: installed ones (<prefix>/share/anyep/bench, next to <prefix>/bin/anyep),\n"
+    "else those of the source checkout this binary was built from; each --help names the one it runs\n"
     "exit status: 0 ok, 1 failed, 2 bad command line, 77 cannot run here (no GPU, not built)\n";
 
 constexpr const char* kBenchHelp =

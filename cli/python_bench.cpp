@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -21,7 +23,45 @@ std::string read_all(const std::string& path) {
   return ss.str();
 }
 
+// The folder of this executable (/proc/self/exe), "" when unknown.
+std::string exe_dir() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  const std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 }  // namespace
+
+std::vector<std::string> bench_script_places(const std::string& script) {
+  std::vector<std::string> places;
+  // Installed: <prefix>/bin/anyep finds <prefix>/share/anyep/<script> (cli/CMakeLists.txt installs it).
+  if (const std::string dir = exe_dir(); !dir.empty()) places.push_back(dir + "/" ANYEP_DATA_FROM_BIN "/" + script);
+  places.push_back(std::string(ANYEP_SOURCE_DIR) + "/" + script);  // the checkout this binary was built from
+  return places;
+}
+
+std::string find_bench_script(const std::string& script) {
+  for (const std::string& p : bench_script_places(script)) {
+    if (!is_file(p)) continue;
+    char real[PATH_MAX];  // "<prefix>/share/...", not "<prefix>/bin/../share/..."
+    return ::realpath(p.c_str(), real) ? std::string(real) : p;
+  }
+  return "";
+}
+
+std::string bench_script_note(const std::string& script) {
+  if (const std::string p = find_bench_script(script); !p.empty()) return "script: " + p + "\n";
+  std::string s = "script: " + script + " not found; looked at:\n";
+  for (const std::string& p : bench_script_places(script)) s += "  " + p + "\n";
+  return s;
+}
 
 int run_python_bench(const char* prog, const std::string& script, int min_gpus, const std::vector<std::string>& args,
                      double timeout_s, const char* to_table, PythonBenchRun* out) {
@@ -33,11 +73,9 @@ int run_python_bench(const char* prog, const std::string& script, int min_gpus, 
                  min_gpus == 1 ? "" : "s", gpus.size(), why.empty() ? "" : ": ", why.c_str());
     return kExitCannotRun;
   }
-  const std::string path = std::string(ANYEP_SOURCE_DIR) + "/" + script;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    std::fprintf(stderr, "%s: cannot run here: %s is missing (run from the build of a source checkout)\n", prog,
-                 path.c_str());
+  const std::string path = find_bench_script(script);
+  if (path.empty()) {
+    std::fprintf(stderr, "%s: cannot run here: %s", prog, bench_script_note(script).c_str());
     return kExitCannotRun;
   }
   if (run_process({"python3", "-c", "import torch"}, 120, true, true, &why) != 0) {

@@ -1,5 +1,6 @@
 """pip install ./python: builds anyep._C with the repository's CMake (-DANYEP_PYTHON=ON) and
-packages it with the pure-Python packages anyep and deep_ep. Metadata: pyproject.toml.
+packages it with the pure-Python packages anyep and deep_ep, the benchmark scripts of `anyep bench
+ll|ht` (anyep/bench/) and the `anyep` command (anyep/cli.py). Metadata: pyproject.toml.
 
 On a machine with torch and the CUDA toolkit, with the build seeing the installed torch:
     pip install --no-build-isolation ./python
@@ -16,9 +17,13 @@ import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# The benchmarks `anyep bench ll|ht` runs (anyep/cli.py), shipped as anyep/bench/<name>: the
+# repository's bench/ holds the one copy of each.
+BENCH_SCRIPTS = {"bench_ll.py": "bench/ll/bench_ll.py", "bench_ht.py": "bench/ht/bench_ht.py"}
 
 
 def project_version():
@@ -78,10 +83,25 @@ class CMakeBuild(build_ext):
         shutil.copy(os.path.join(built, "_build_info.py"), os.path.join(os.path.dirname(dest), "_build_info.py"))
 
 
+class BuildPy(build_py):
+    """The pure-Python packages, plus the benchmark scripts as anyep/bench/*.py (an installed package
+    runs them without a source tree)."""
+
+    def run(self):
+        super().run()
+        dest = os.path.join(self.build_lib, "anyep", "bench")
+        os.makedirs(dest, exist_ok=True)
+        for name, rel in BENCH_SCRIPTS.items():
+            src = os.path.join(ROOT, rel)
+            if not os.path.isfile(src):
+                raise RuntimeError(f"anyep: the benchmark script {src} is missing (setup.py runs from the repository)")
+            self.copy_file(src, os.path.join(dest, name))
+
+
 setup(
     version=project_version(),
     packages=["anyep", "deep_ep"],
     package_dir={"": "."},
     ext_modules=[Extension("anyep._C", sources=[])],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
 )

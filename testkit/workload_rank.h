@@ -1,27 +1,9 @@
-// anyep/testkit/workload_rank.h — one rank of the stream workload in its own process: buffer,
-// counters, channel, proxy (T endpoints from `make_endpoint`), run, checks. Used by the
-// multi-process tests and by the CPU main job.
+// anyep/testkit/workload_rank.h — bench/kit/workload_rank.h under the testkit:: names the tests use (the code
+// lives in the bench kit, which the `anyep` CLI links without any test scaffolding).
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <string>
-
-#include "proxy/proxy.h"
-#include "testkit/workload.h"
+#include "bench/kit/workload_rank.h"
 
 namespace anyep::testkit {
-
-struct RankRun {
-  WorkloadResult result;
-  proxy::ProxyStats stats;
-  double seconds = 0;     // workload run time (barrier to barrier)
-  bool bypass = false;    // the ordering engine was bypassed
-  std::string transport;  // backend/provider of the endpoints
-  std::string paths;      // Proxy::describe_paths(): which path signals took
-};
-
-RankRun run_workload_rank(const WorkloadConfig& w, proxy::ProxyConfig pc, uint32_t threads, transport::Bootstrap& boot,
-                          const std::function<std::unique_ptr<transport::Transport>(uint32_t thread)>& make_endpoint);
-
+using namespace anyep::benchkit;  // testkit::X is benchkit::X
 }  // namespace anyep::testkit

@@ -34,14 +34,22 @@ import sys
 import time
 import traceback
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:  # --help needs no torch; a run without it exits 77 saying so (main)
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as _e:
+    torch = dist = mp = None
+    TORCH_MISSING = f"{sys.executable} cannot import torch ({_e})"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The build's python/ folder (ANYEP_BUILD_DIR, default <repo>/build) holds anyep._C and the packages.
-sys.path.insert(0, os.path.join(os.path.abspath(os.environ.get("ANYEP_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))),
-                                "python"))
+# anyep comes from a build's python/ folder (anyep._C and the packages) when ANYEP_BUILD_DIR names
+# the build, or when this script sits in a source checkout whose build/ holds one; otherwise from
+# the installed package (pip install ./python ships this script as anyep/bench/bench_ht.py, and
+# cmake --install under share/anyep/bench/).
+_BUILD = os.environ.get("ANYEP_BUILD_DIR") or os.path.join(HERE, "..", "..", "build")
+if "ANYEP_BUILD_DIR" in os.environ or os.path.isdir(os.path.join(_BUILD, "python", "anyep")):
+    sys.path.insert(0, os.path.join(os.path.abspath(_BUILD), "python"))
 
 FP8_FACTOR = (1 + 4 / 128) / 2  # DeepEP's: FP8 bytes per BF16 byte, scales included
 
@@ -270,9 +278,12 @@ def main():
     p.add_argument("--json", default="", help="write the results here")
     p.add_argument("--timeout", type=float, default=float(os.environ.get("ANYEP_BENCH_TIMEOUT_S", "500")))
     args = p.parse_args()
+    if torch is None:
+        print(f"bench_ht: cannot run here: {TORCH_MISSING}", file=sys.stderr)
+        sys.exit(77)
     if not torch.cuda.is_available():
-        print("bench_ht: no CUDA GPU visible", file=sys.stderr)
-        return 2
+        print("bench_ht: cannot run here: torch sees no CUDA GPU", file=sys.stderr)
+        return 77
     visible = torch.cuda.device_count()
     world = args.processes or (visible if visible >= 2 else 2)
     ngpus = min(visible, world)

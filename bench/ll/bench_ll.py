@@ -31,14 +31,22 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:  # --help needs no torch; a run without it exits 77 saying so (main)
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as _e:
+    torch = dist = mp = None
+    TORCH_MISSING = f"{sys.executable} cannot import torch ({_e})"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The build's python/ folder (ANYEP_BUILD_DIR, default <repo>/build) holds anyep._C and the packages.
-sys.path.insert(0, os.path.join(os.path.abspath(os.environ.get("ANYEP_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))),
-                                "python"))
+# anyep comes from a build's python/ folder (anyep._C and the packages) when ANYEP_BUILD_DIR names
+# the build, or when this script sits in a source checkout whose build/ holds one; otherwise from
+# the installed package (pip install ./python ships this script as anyep/bench/bench_ll.py, and
+# cmake --install under share/anyep/bench/).
+_BUILD = os.environ.get("ANYEP_BUILD_DIR") or os.path.join(HERE, "..", "..", "build")
+if "ANYEP_BUILD_DIR" in os.environ or os.path.isdir(os.path.join(_BUILD, "python", "anyep")):
+    sys.path.insert(0, os.path.join(os.path.abspath(_BUILD), "python"))
 
 
 def sync():
@@ -277,6 +285,9 @@ def main():
                         "blocked on a full launch queue would stall the cuda-ipc transport's copies)")
     p.add_argument("--ranks", type=int, default=None, help="processes, one per GPU (default: every visible GPU)")
     args = p.parse_args()
+    if torch is None:
+        print(f"bench_ll: cannot run here: {TORCH_MISSING}", file=sys.stderr)
+        sys.exit(77)
     gpus = torch.cuda.device_count()
     if gpus < 1:
         # Not a pass: scripts/main.sh runs this only where nvidia-smi lists a GPU, so torch seeing

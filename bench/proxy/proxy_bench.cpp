@@ -24,15 +24,15 @@
 #include <vector>
 
 #include "../common/machine_info.h"
+#include "bench/kit/local_cluster.h"
 #include "common/error.h"
 #include "proxy/ordering_engine.h"
-#include "testkit/local_cluster.h"
 #include "transport/factory.h"
 
 using namespace anyep;
 using namespace anyep::channel;
 using namespace anyep::proxy;
-using namespace anyep::testkit;
+using namespace anyep::benchkit;
 
 namespace {
 

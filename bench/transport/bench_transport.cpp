@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "testkit/mp_harness.h"
+#include "bench/kit/mp_harness.h"
 #include "transport/factory.h"
 #include "transport/libfabric/libfabric_transport.h"
 
@@ -324,11 +324,11 @@ int main(int argc, char** argv) {
     for (uint64_t s = o.min_size; s <= o.max_size; s *= 4) sizes.push_back(s);
     // Each rank writes its results for rank 0 to print: (size -> rates) through a pipe is overkill;
     // rank 0 prints directly (children share stdout) and rank 1 stays quiet.
-    testkit::RunOptions ro;
+    benchkit::RunOptions ro;
     ro.timeout_s = 600;
-    auto res = testkit::run_ranks(
+    auto res = benchkit::run_ranks(
         2,
-        [&](testkit::Rank& r) {
+        [&](benchkit::Rank& r) {
           if (o.pin) pin_to_nth_cpu(r.rank);
           auto t = make_transport(host_spec(prov, r.rank, r.size));
           std::vector<uint8_t> a(o.max_size, 1), b(o.max_size, 0);

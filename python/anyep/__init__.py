@@ -1,10 +1,13 @@
-"""anyep: portable expert-parallel communication with a DeepEP-compatible Buffer."""
-import torch
+"""anyep: portable expert-parallel communication with a DeepEP-compatible Buffer.
 
-from .buffer import Buffer
-from .config import Config
-from .event import EventHandle, EventOverlap
-from .utils import check_nvlink_connections
+The API names load on first use (PEP 562 __getattr__): `anyep.Buffer`, `from anyep import Buffer`
+and deep_ep's imports work as before, while `anyep.__version__` and the `anyep` command
+(anyep/cli.py) also work where torch is not installed."""
+import importlib
+
+# Public name -> the module that defines it.
+_API = {"Buffer": ".buffer", "Config": ".config", "EventHandle": ".event", "EventOverlap": ".event",
+        "check_nvlink_connections": ".utils"}
 
 
 def _version():
@@ -28,8 +31,19 @@ def _version():
 
 __version__ = _version()
 
-# The dtype of topk_idx tensors (deep_ep.topk_idx_t): the kernels read 64-bit expert indices.
-topk_idx_t = torch.int64
+
+def __getattr__(name):
+    """The API's names, imported on first use (and kept in the module from then on)."""
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name], __name__), name)
+    elif name == "topk_idx_t":
+        # The dtype of topk_idx tensors (deep_ep.topk_idx_t): the kernels read 64-bit expert indices.
+        value = importlib.import_module("torch").int64
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
 
 __all__ = ["Buffer", "Config", "EventHandle", "EventOverlap", "check_nvlink_connections", "topk_idx_t",
            "__version__"]

@@ -11,6 +11,7 @@ from typing import Callable, List, Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
+from ._ext import ext as _ext
 from .config import Config
 from .event import EventHandle, EventOverlap
 from .utils import check_nvlink_connections
@@ -28,20 +29,6 @@ _COMBINE_CONFIGS = {
     24: (1, 288, 8, 128), 32: (1, 288, 8, 128), 48: (1, 288, 8, 128), 64: (1, 288, 8, 128),
     96: (1, 480, 8, 128), 128: (1, 560, 8, 128), 144: (2, 720, 8, 128), 160: (2, 720, 8, 128),
 }
-
-try:
-    from . import _C
-except ImportError as _e:  # pragma: no cover - reported when a Buffer is built
-    _C = None
-    _C_IMPORT_ERROR = _e
-
-
-def _ext():
-    if _C is None:
-        raise ImportError(f"anyep: the compiled extension anyep._C is not available ({_C_IMPORT_ERROR}); "
-                          "build with -DANYEP_PYTHON=ON or pip install python/")
-    return _C
-
 
 class Buffer:
     """

@@ -1,4 +1,5 @@
 """Config: the high-throughput tuning record of deep_ep.Config."""
+from ._ext import ext
 
 
 class Config:
@@ -61,8 +62,7 @@ class Config:
                 names the field).
             ImportError: the compiled extension anyep._C is missing.
         """
-        from .buffer import _ext  # the extension loads with the Buffer module
-        return int(_ext().ht_size_hint(int(hidden_bytes), int(num_ranks), self.num_sms,
+        return int(ext().ht_size_hint(int(hidden_bytes), int(num_ranks), self.num_sms,
                                        self.num_max_nvl_chunked_recv_tokens))
 
     def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:

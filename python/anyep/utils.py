@@ -10,7 +10,7 @@ def check_nvlink_connections(group: Optional[dist.ProcessGroup]) -> None:
     every pair of PCIe GPUs in the group has NVLink, because its kernels store to every peer
     directly. anyep does not need NVLink: a peer on this host whose GPU is reachable through CUDA
     IPC (NVLink or PCIe peer access) gets direct stores, every other peer goes through the CPU
-    proxy (docs/ll.md, "Paths"), so there is nothing to refuse here.
+    proxy (docs/ll.md, "Proxy path"), so there is nothing to refuse here.
     `Buffer.describe_paths()` says which path each peer takes.
 
     Arguments:

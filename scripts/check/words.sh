@@ -33,6 +33,8 @@ rule ".carry folder: name what the reader installs or checks out" \
   "(^|[^[:alnum:]_.])\\.carry([^[:alnum:]_-][^][:space:]\"'\`{}()]*|$)"
 rule "carry naming a folder: say what must be installed (scripts/install-deps.sh)" \
   "${L}carry[[:space:]]*[:=]?[[:space:]]*(\\[[^]]*]?|[\"'\`]?\\.[[:alnum:]_][^][:space:]\"'\`{}()]*[\"'\`]?)"
+rule "a ticket as the reason: say which case the code or test covers" \
+  "${L}(the|this|that)[[:space:]]+issue('s)?[[:space:]]+(reproductions?|asks|wants|says)${R}"
 
 fail=0
 hits=0
@@ -88,6 +90,7 @@ Against the target (issue #13: small writes at >= 0.9x raw).
 Targets set in DESIGN.md section 5.
 DeepEP's tests from the git-ignored .carry/deepep folder.
 Command (repository root, carry `.deps`): bash scripts/gpu/bench.sh ll
+// The issue's reproduction: an unknown provider was ignored.
 EOF
   # Lines close to a rule that are fine.
   cat >"$good" <<'EOF'

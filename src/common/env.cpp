@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/fabric_providers.h"
 
 namespace anyep::env {
 
@@ -18,6 +19,13 @@ constexpr double kMaxTimeoutS = 86400;  // one day: longer is a typo, not a wait
 
 const std::vector<VarInfo>& all_vars() {
   using T = Type;
+  // ANYEP_FI_PROVIDER takes the providers of common/fabric_providers.h, or empty (choose).
+  static const std::string fi_meaning = "libfabric provider; empty: first of " + fabric::auto_pick_list();
+  static const std::string fi_choices = [] {
+    std::string c;
+    for (const fabric::Provider& p : fabric::kProviders) c.append("|").append(p.fi_name);
+    return c;
+  }();
   // Keep sorted by name; docs/environment.md mirrors this table (names, defaults, ranges).
   static const std::vector<VarInfo> vars = {
       {"ANYEP_BOOTSTRAP_SECRET", "",
@@ -36,8 +44,7 @@ const std::vector<VarInfo>& all_vars() {
        T::kBool},
       {"ANYEP_FI_NICS", "1", "libfabric: NICs (domains) striped per endpoint set; 0: every domain the provider lists",
        T::kCount, 0, 64},
-      {"ANYEP_FI_PROVIDER", "", "libfabric provider; empty: first of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm", T::kEnum, 0,
-       0, "|efa|cxi|verbs;ofi_rxm|tcp|tcp;ofi_rxm|shm"},
+      {"ANYEP_FI_PROVIDER", "", fi_meaning.c_str(), T::kEnum, 0, 0, fi_choices.c_str()},
       {"ANYEP_FI_STRIPING", "bytes",
        "libfabric multi-NIC striping: bytes (fewest bytes in flight), dest (NIC by peer rank), rr (round robin)",
        T::kEnum, 0, 0, "bytes|dest|rr"},

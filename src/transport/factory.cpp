@@ -2,25 +2,11 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "common/fabric_providers.h"
 
 namespace anyep::transport {
 
 namespace {
-
-// The libfabric provider a name stands for ("" for "libfabric": choose automatically).
-struct FabricName {
-  const char* name;
-  const char* provider;
-};
-constexpr FabricName kFabricNames[] = {
-    {"tcp", "tcp"}, {"shm", "shm"}, {"efa", "efa"}, {"verbs", "verbs;ofi_rxm"}, {"cxi", "cxi"}, {"libfabric", ""},
-};
-
-const FabricName* fabric_name(const std::string& name) {
-  for (const auto& f : kFabricNames)
-    if (name == f.name) return &f;
-  return nullptr;
-}
 
 std::string base_provider(const std::string& p) { return p.substr(0, p.find(';')); }
 
@@ -32,7 +18,7 @@ std::string names_list() {
 
 // Empty when `name`'s backend is built into this binary, else why not.
 std::string not_built(const std::string& name) {
-  if (fabric_name(name)) {
+  if (fabric::provider_of(name)) {
 #if ANYEP_HAVE_LIBFABRIC
     return "";
 #else
@@ -52,12 +38,13 @@ std::string not_built(const std::string& name) {
 }
 
 std::unique_ptr<Transport> make_inner(const TransportSpec& spec) {
-  if (const FabricName* f = fabric_name(spec.name)) {
+  if (const std::string_view* fi = fabric::provider_of(spec.name)) {
+    const std::string provider(*fi);  // "" for "libfabric": the configured one, or chosen
     libfabric::LibfabricConfig cfg = spec.libfabric;
-    if (*f->provider) {
+    if (!provider.empty()) {
       if (cfg.provider.empty())
-        cfg.provider = f->provider;
-      else if (base_provider(cfg.provider) != base_provider(f->provider))
+        cfg.provider = provider;
+      else if (base_provider(cfg.provider) != base_provider(provider))
         throw InvalidArgument("transport '" + spec.name + "': libfabric provider '" + cfg.provider +
                               "' contradicts the name (use the name '" + base_provider(cfg.provider) +
                               "' or 'libfabric')");
@@ -109,8 +96,15 @@ TransportSpec TransportSpec::from_env(std::string name, uint32_t rank, uint32_t 
 }
 
 const std::vector<std::string>& transport_names() {
-  static const std::vector<std::string> names = {"tcp", "shm",       "efa",      "verbs",
-                                                 "cxi", "libfabric", "cuda-ipc", "loopback"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const fabric::Provider& p : fabric::kProviders)
+      if (!p.transport.empty()) n.emplace_back(p.transport);
+    n.emplace_back(fabric::kChooseName);
+    n.emplace_back("cuda-ipc");
+    n.emplace_back("loopback");
+    return n;
+  }();
   return names;
 }
 
@@ -130,8 +124,8 @@ bool available(const std::string& name, std::string* why) {
   if (!known) return say("transport '" + name + "' is unknown; the transports are " + names_list());
   if (std::string w = not_built(name); !w.empty()) return say(w);
 #if ANYEP_HAVE_LIBFABRIC
-  if (const FabricName* f = fabric_name(name); f && *f->provider)
-    return libfabric::provider_available(f->provider, why);
+  if (const std::string_view* fi = fabric::provider_of(name); fi && !fi->empty())
+    return libfabric::provider_available(std::string(*fi), why);
 #endif
   return true;
 }

@@ -2,10 +2,10 @@
 // options struct per backend, and the chaos wrapper applied here so that every path (tests,
 // benchmarks, the LL runtime's proxy) can run under chaos.
 //
-// Names: "tcp", "shm", "efa", "verbs", "cxi" (libfabric providers; "verbs" is verbs;ofi_rxm),
-// "libfabric" (libfabric with LibfabricConfig::provider, or the first usable of efa, cxi,
-// verbs;ofi_rxm, tcp;ofi_rxm), "cuda-ipc", "loopback". A name that is unknown, or whose backend
-// is not built into this binary, is an error that says so; available() asks without creating.
+// Names: one per libfabric provider of common/fabric_providers.h (efa, cxi, verbs, tcp, shm),
+// "libfabric" (libfabric with LibfabricConfig::provider, or the first usable of the table's
+// auto_pick providers), "cuda-ipc", "loopback". A name that is unknown, or whose backend is not
+// built into this binary, is an error that says so; available() asks without creating.
 //
 // The factory reads no environment variable: TransportSpec::from_env fills the spec from it (the
 // caller at the top decides), see docs/environment.md.

@@ -1,7 +1,7 @@
 // anyep/src/kernels/ht/internode_protocol.h — the bookkeeping of high-throughput traffic between
 // nodes, in one header for the GPU kernels and the CPU (as channel/ring.h is): which nodes a
 // token crosses to and which GPUs there it is forwarded to, the chunk rings a sender fills on its
-// rail peer, and the tail signal that publishes a chunk. The CPU workload (testkit/workload.cpp,
+// rail peer, and the tail signal that publishes a chunk. The CPU workload (bench/kit/workload.cpp,
 // "HT stream") drives the ring and the signal through the real channel, proxy and transport, so
 // the rules below are proven without a GPU (tests/unit/kernels/test_ht_internode_protocol.cpp,
 // tests/unit/proxy/test_proxy_random.cpp, tests/mp/proxy/test_proxy_mp.cpp).

@@ -274,7 +274,7 @@ __device__ __forceinline__ void scan_pair_rows(const int64_t* layout_range, int 
 // own flag (combine_row_flag in its slot's header) once the block has stored it, so no block waits
 // for another: a pair's rows may span blocks, and a per-pair count completed across blocks cost an
 // acquire-release add and a second release after the rows (about 4 us between the last row stored
-// and the flags at one rank on an H200, docs/ll.md).
+// and the flags at one rank on an H200, docs/bench/ll.md).
 __device__ __noinline__ void send_balanced(const CombineArgs& a) {
   const Common& c = a.c;
   const Layout& g = c.g;

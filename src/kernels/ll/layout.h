@@ -47,7 +47,7 @@
 //         source r, k' = how many of t's top-k entries before this one go to the same rank)
 //         one private region per source rank: no two senders share a byte. A receiver finds the
 //         rows of (local expert l, source r) through the route lists below (one more load per
-//         row than the fast layout: 2026-11-24, dispatch 17.1 -> 20.2 us at one rank, docs/ll.md).
+//         row than the fast layout: 2026-11-24, dispatch 17.1 -> 20.2 us at one rank, docs/bench/ll.md).
 //   combine region (offset S + D, size C = 2 * T * kMaxTopk * W, slot stride W = 16 + 2H):
 //     slot (b, t, k) at S + D + ((b*T + t)*kMaxTopk + k) * W         (t: token on the home rank)
 //         one private slot per (home token, top-k entry): the expert's output row lands there

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/fabric_providers.h"
 #include "transport/libfabric/libfabric_nic.h"
 
 namespace anyep::transport::libfabric {
@@ -65,7 +66,9 @@ bool query_provider(const std::string& provider, bool want_hmem, InfoList& out, 
 std::string choose_provider(const std::string& configured) {
   if (!configured.empty()) return configured;
   std::string tried;
-  for (const char* p : {"efa", "cxi", "verbs;ofi_rxm", "tcp;ofi_rxm"}) {
+  for (const anyep::fabric::Provider& fp : anyep::fabric::kProviders) {
+    if (!fp.auto_pick) continue;
+    const std::string p(fp.fi_name);
     InfoList l;
     std::string why;
     if (query_provider(p, false, l, &why)) return p;

@@ -39,8 +39,8 @@ enum class SourceId : uint8_t {
 // Every field is a plain value: nothing here reads the environment. from_env() fills the fields
 // the environment sets (whoever builds the config at the top calls it).
 struct LibfabricConfig {
-  // Provider name as libfabric spells it ("efa", "verbs;ofi_rxm", "cxi", "tcp", "tcp;ofi_rxm",
-  // "shm"). Empty: the first available of efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm.
+  // Provider name as libfabric spells it (a fi_name of common/fabric_providers.h). Empty: the
+  // first available of the table's auto_pick providers, in table order.
   std::string provider;
   // NICs (domains) per endpoint set; 0: every domain the provider lists. More than the machine has
   // opens some domains twice (emulates several NICs; used by tests).

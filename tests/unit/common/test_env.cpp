@@ -12,6 +12,7 @@
 #include "../scoped_env.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "common/fabric_providers.h"
 
 using namespace anyep;
 
@@ -63,7 +64,7 @@ TEST(Env, CountParsesDecimalOnlyAndEnforcesItsRange) {
   const auto threads = [] { env::get_count("ANYEP_PROXY_THREADS"); };
   for (const char* bad : {"abc", "12x", "1.5", "0x10", "99999999999999999999", " ", " 5", "+5", "5 "})
     expect_refused("ANYEP_PROXY_THREADS", bad, threads);
-  // The reproduction: 0 threads; and both ends of 1..64.
+  // Regression case: 0 threads; and both ends of 1..64.
   for (const char* bad : {"0", "65", "-1", "-99999999999999999999"})
     expect_refused("ANYEP_PROXY_THREADS", bad, threads, "1..64");
   expect_refused(
@@ -88,7 +89,7 @@ TEST(Env, DurationIsFinitePositiveAndBoundedBeforeAnyConversion) {
     ScopedEnv e("ANYEP_TIMEOUT_S", "5e-1");
     EXPECT_EQ(env::get_duration_ns("ANYEP_TIMEOUT_S"), 500'000'000ull);
   }
-  // The reproductions: -5 (used to disable every timeout), 0 and 1e30 (the float-to-integer
+  // Regression cases: -5 (used to disable every timeout), 0 and 1e30 (the float-to-integer
   // cast was undefined). get_duration_ns must refuse them before converting.
   const auto ns = [] { env::get_duration_ns("ANYEP_TIMEOUT_S"); };
   for (const char* bad : {"-5", "0", "1e30", "86401", "-0", "1e-400"})
@@ -121,13 +122,16 @@ TEST(Env, EnumAcceptsOnlyItsChoicesAndListsThem) {
       "ANYEP_FI_STRIPING", "bites", [] { env::get_enum("ANYEP_FI_STRIPING"); }, "bytes, dest, rr");
   expect_refused(
       "ANYEP_LL_PATH", "nvlink", [] { env::get_enum("ANYEP_LL_PATH"); }, "auto, proxy-cuda-ipc, proxy-libfabric");
-  // The reproduction: an unknown provider is refused with the known ones, not ignored.
+  // Regression case: an unknown provider is refused with the known ones, not ignored.
   expect_refused(
       "ANYEP_FI_PROVIDER", "bogus", [] { env::get_enum("ANYEP_FI_PROVIDER"); },
       "(empty), efa, cxi, verbs;ofi_rxm, tcp, tcp;ofi_rxm, shm");
-  for (const char* ok : {"", "efa", "tcp;ofi_rxm", "shm"}) {
-    ScopedEnv e("ANYEP_FI_PROVIDER", ok);
-    EXPECT_EQ(env::get_enum("ANYEP_FI_PROVIDER"), ok);
+  // Every provider of the table (common/fabric_providers.h) is accepted, and the empty value.
+  std::vector<std::string> ok = {""};
+  for (const fabric::Provider& p : fabric::kProviders) ok.emplace_back(p.fi_name);
+  for (const std::string& v : ok) {
+    ScopedEnv e("ANYEP_FI_PROVIDER", v.c_str());
+    EXPECT_EQ(env::get_enum("ANYEP_FI_PROVIDER"), v);
   }
 }
 
@@ -144,7 +148,7 @@ TEST(Env, SeedIsEmptyOrAnUnsigned64BitInteger) {
     ScopedEnv e("ANYEP_CHAOS_SEED", "18446744073709551615");
     EXPECT_EQ(env::get_seed("ANYEP_CHAOS_SEED"), std::optional<uint64_t>(~0ull));
   }
-  // The reproduction: "garbage" was ignored.
+  // Regression case: "garbage" was ignored.
   for (const char* bad : {"garbage", "-1", "1.5", "0x10", "18446744073709551616", " 7"})
     expect_refused("ANYEP_CHAOS_SEED", bad, [] { env::get_seed("ANYEP_CHAOS_SEED"); });
 }
@@ -173,7 +177,7 @@ TEST(Env, CpuListNamesOnlyCpusThisProcessMayRunOn) {
     EXPECT_EQ(c.cpus, (std::vector<int>{first, first}));
   }
   const auto read = [] { env::get_cpu_choice("ANYEP_PROXY_CPUS"); };
-  // The reproduction: CPU 999 on a small machine is refused, naming the CPU.
+  // Regression case: CPU 999 on a small machine is refused, naming the CPU.
   if (!CPU_ISSET(999, &set)) {
     expect_refused("ANYEP_PROXY_CPUS", "999", read, "CPU 999");
   }

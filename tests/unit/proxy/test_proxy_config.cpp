@@ -71,7 +71,7 @@ TEST(ProxyConfig, FromEnvNamesABadVariable) {
     ScopedEnv t("ANYEP_TIMEOUT_S", "-1");
     EXPECT_NE(invalid_message([] { ProxyConfig::from_env(); }).find("ANYEP_TIMEOUT_S"), std::string::npos);
   }
-  // The reproductions: -5 disabled every timeout, 0 and 1e30 failed spuriously.
+  // Regression cases: -5 disabled every timeout, 0 and 1e30 failed spuriously.
   for (const char* bad : {"-5", "0", "1e30"}) {
     ScopedEnv t("ANYEP_TIMEOUT_S", bad);
     EXPECT_NE(invalid_message([] {

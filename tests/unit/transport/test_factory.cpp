@@ -8,6 +8,7 @@
 
 #include "../scoped_env.h"
 #include "common/error.h"
+#include "common/fabric_providers.h"
 #include "transport/factory.h"
 
 namespace anyep::transport {
@@ -30,6 +31,11 @@ TEST(Factory, KnowsEveryBackendByName) {
   const auto& n = transport_names();
   for (const char* want : {"tcp", "shm", "efa", "verbs", "cxi", "libfabric", "cuda-ipc", "loopback"})
     EXPECT_NE(std::find(n.begin(), n.end(), want), n.end()) << want;
+  // Every provider the table names a transport for (common/fabric_providers.h) is one.
+  for (const fabric::Provider& p : fabric::kProviders) {
+    if (p.transport.empty()) continue;
+    EXPECT_NE(std::find(n.begin(), n.end(), std::string(p.transport)), n.end()) << p.transport;
+  }
 }
 
 TEST(Factory, UnknownNameIsAnErrorNamingItAndTheChoices) {
@@ -38,7 +44,7 @@ TEST(Factory, UnknownNameIsAnErrorNamingItAndTheChoices) {
   const std::string m = error_of<InvalidArgument>([&] { make_transport(s); });
   EXPECT_NE(m.find("'infiniband-please'"), std::string::npos) << m;
   EXPECT_NE(m.find("unknown"), std::string::npos) << m;
-  EXPECT_NE(m.find("tcp, shm, efa, verbs, cxi, libfabric, cuda-ipc, loopback"), std::string::npos) << m;
+  EXPECT_NE(m.find("efa, cxi, verbs, tcp, shm, libfabric, cuda-ipc, loopback"), std::string::npos) << m;
   std::string why;
   EXPECT_FALSE(available("infiniband-please", &why));
   EXPECT_NE(why.find("'infiniband-please'"), std::string::npos) << why;
@@ -175,7 +181,7 @@ TEST(Factory, ChaosFromTheEnvironmentThroughFromEnv) {
     EXPECT_NE(m.find("ANYEP_CHAOS_SEED"), std::string::npos) << m;
   }
   {
-    ScopedEnv seed("ANYEP_CHAOS_SEED", "garbage");  // the reproduction: was ignored
+    ScopedEnv seed("ANYEP_CHAOS_SEED", "garbage");  // regression case: was ignored
     const std::string m = error_of<InvalidArgument>([] { TransportSpec::from_env("loopback", 0, 1); });
     EXPECT_NE(m.find("ANYEP_CHAOS_SEED='garbage'"), std::string::npos) << m;
   }
@@ -209,7 +215,7 @@ TEST(Factory, LibfabricOptionsFromTheEnvironment) {
     EXPECT_NE(m.find("ANYEP_FI_NICS='-1'"), std::string::npos) << m;
   }
   {
-    // The reproduction: an unknown provider was ignored; it is refused even where the
+    // Regression case: an unknown provider was ignored; it is refused even where the
     // transport name picks the provider (a documented variable either works or is refused).
     ScopedEnv bad("ANYEP_FI_PROVIDER", "bogus");
     const std::string m = error_of<InvalidArgument>([] { TransportSpec::from_env("tcp", 0, 2); });

@@ -1,10 +1,10 @@
-#include "testkit/inproc_bootstrap.h"
+#include "bench/kit/inproc_bootstrap.h"
 
 #include <chrono>
 
 #include "common/error.h"
 
-namespace anyep::testkit {
+namespace anyep::benchkit {
 
 namespace {
 class Member final : public transport::Bootstrap {
@@ -57,4 +57,4 @@ std::vector<std::vector<uint8_t>> InProcessGroup::allgather(uint32_t rank, const
   return out_;
 }
 
-}  // namespace anyep::testkit
+}  // namespace anyep::benchkit

@@ -1,4 +1,4 @@
-#include "testkit/local_cluster.h"
+#include "bench/kit/local_cluster.h"
 
 #include <cstring>
 #include <exception>
@@ -7,7 +7,7 @@
 #include "common/error.h"
 #include "transport/factory.h"
 
-namespace anyep::testkit {
+namespace anyep::benchkit {
 
 EndpointFactory loopback_factory(uint32_t ranks, uint32_t threads) {
   auto fabrics = std::make_shared<std::vector<std::shared_ptr<transport::loopback::Fabric>>>();
@@ -76,4 +76,4 @@ void LocalCluster::check() {
   for (auto& k : ranks_) k.proxy->check();
 }
 
-}  // namespace anyep::testkit
+}  // namespace anyep::benchkit

@@ -1,9 +1,9 @@
-#include "testkit/workload_rank.h"
+#include "bench/kit/workload_rank.h"
 
 #include <chrono>
 #include <vector>
 
-namespace anyep::testkit {
+namespace anyep::benchkit {
 
 RankRun run_workload_rank(const WorkloadConfig& w, proxy::ProxyConfig pc, uint32_t threads, transport::Bootstrap& boot,
                           const std::function<std::unique_ptr<transport::Transport>(uint32_t thread)>& make_endpoint) {
@@ -34,4 +34,4 @@ RankRun run_workload_rank(const WorkloadConfig& w, proxy::ProxyConfig pc, uint32
   return out;
 }
 
-}  // namespace anyep::testkit
+}  // namespace anyep::benchkit

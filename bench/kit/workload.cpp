@@ -1,4 +1,4 @@
-#include "testkit/workload.h"
+#include "bench/kit/workload.h"
 
 #include <sched.h>
 
@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "kernels/ht/internode_protocol.h"
 
-namespace anyep::testkit {
+namespace anyep::benchkit {
 
 namespace {
 
@@ -379,4 +379,4 @@ WorkloadResult StreamWorkload::run(const std::function<void()>& on_error) {
   return total;
 }
 
-}  // namespace anyep::testkit
+}  // namespace anyep::benchkit

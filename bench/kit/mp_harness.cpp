@@ -1,4 +1,4 @@
-#include "testkit/mp_harness.h"
+#include "bench/kit/mp_harness.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 #include <new>
 #include <thread>
 
-namespace anyep::testkit {
+namespace anyep::benchkit {
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -393,4 +393,4 @@ std::string RunResult::summary() const {
   return s.empty() ? "all ranks ok" : s;
 }
 
-}  // namespace anyep::testkit
+}  // namespace anyep::benchkit
