@@ -29,8 +29,8 @@ const char* anyep_status_name(anyep_status_t status);
 #else
 #define ANYEP_DEPRECATED(msg)
 #endif
-typedef anyep_status_t anyepStatus; /* deprecated: anyep_status_t */
-#define anyepSuccess ANYEP_SUCCESS  /* deprecated: ANYEP_SUCCESS and the ANYEP_ERR_* below */
+typedef anyep_status_t anyepStatus ANYEP_DEPRECATED("use anyep_status_t");
+#define anyepSuccess ANYEP_SUCCESS /* deprecated: ANYEP_SUCCESS and the ANYEP_ERR_* below */
 #define anyepInvalidArgument ANYEP_ERR_INVALID_ARGUMENT
 #define anyepTimeout ANYEP_ERR_TIMEOUT
 #define anyepTransportError ANYEP_ERR_TRANSPORT

@@ -1,5 +1,5 @@
 // anyep/src/common/error.h — exceptions with context inside the library (host code only).
-// The C API maps each class to an anyepStatus; proxy hot paths use return codes instead.
+// The C API maps each class to an anyep_status_t; proxy hot paths use return codes instead.
 #pragma once
 
 #include <stdexcept>
@@ -11,46 +11,46 @@ namespace anyep {
 
 class Error : public std::runtime_error {
  public:
-  Error(anyepStatus status, const std::string& what) : std::runtime_error(what), status_(status) {}
-  anyepStatus status() const noexcept { return status_; }
+  Error(anyep_status_t status, const std::string& what) : std::runtime_error(what), status_(status) {}
+  anyep_status_t status() const noexcept { return status_; }
 
  private:
-  anyepStatus status_;
+  anyep_status_t status_;
 };
 
 struct InvalidArgument : Error {
-  explicit InvalidArgument(const std::string& w) : Error(anyepInvalidArgument, w) {}
+  explicit InvalidArgument(const std::string& w) : Error(ANYEP_ERR_INVALID_ARGUMENT, w) {}
 };
 struct TimeoutError : Error {
-  explicit TimeoutError(const std::string& w) : Error(anyepTimeout, w) {}
+  explicit TimeoutError(const std::string& w) : Error(ANYEP_ERR_TIMEOUT, w) {}
 };
 struct TransportError : Error {
-  explicit TransportError(const std::string& w) : Error(anyepTransportError, w) {}
+  explicit TransportError(const std::string& w) : Error(ANYEP_ERR_TRANSPORT, w) {}
 };
 struct CudaError : Error {
-  explicit CudaError(const std::string& w) : Error(anyepCudaError, w) {}
+  explicit CudaError(const std::string& w) : Error(ANYEP_ERR_CUDA, w) {}
 };
 struct InternalError : Error {
-  explicit InternalError(const std::string& w) : Error(anyepInternalError, w) {}
+  explicit InternalError(const std::string& w) : Error(ANYEP_ERR_INTERNAL, w) {}
 };
 struct Unsupported : Error {
-  explicit Unsupported(const std::string& w) : Error(anyepUnsupported, w) {}
+  explicit Unsupported(const std::string& w) : Error(ANYEP_ERR_UNSUPPORTED, w) {}
 };
 
 // Throws the class that maps to `status` (InternalError for a status with no class of its own):
 // how an error recorded as (status, message) on one thread is raised on another, or re-raised
 // with more context, keeping the type callers catch.
-[[noreturn]] inline void throw_status(anyepStatus status, const std::string& what) {
+[[noreturn]] inline void throw_status(anyep_status_t status, const std::string& what) {
   switch (status) {
-    case anyepInvalidArgument:
+    case ANYEP_ERR_INVALID_ARGUMENT:
       throw InvalidArgument(what);
-    case anyepTimeout:
+    case ANYEP_ERR_TIMEOUT:
       throw TimeoutError(what);
-    case anyepTransportError:
+    case ANYEP_ERR_TRANSPORT:
       throw TransportError(what);
-    case anyepCudaError:
+    case ANYEP_ERR_CUDA:
       throw CudaError(what);
-    case anyepUnsupported:
+    case ANYEP_ERR_UNSUPPORTED:
       throw Unsupported(what);
     default:
       throw InternalError(what);

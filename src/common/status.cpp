@@ -1,30 +1,48 @@
-#include "anyep/status.h"
-
+// Status names, both spellings: anyep_status_name (ANYEP_ERR_TIMEOUT) and the deprecated
+// anyepStatusName (anyepTimeout), from one table.
 #include <cstdint>
 #include <cstring>
 
-extern "C" const char* anyepStatusName(anyepStatus status) {
-  // The bits, not the enum: a C caller may pass any int (loading an out-of-range enum is undefined in C++).
+#include "anyep/status.h"
+
+namespace {
+
+struct StatusName {
+  anyep_status_t status;
+  const char* name;
+  const char* old_name;
+};
+
+constexpr StatusName kNames[] = {
+    {ANYEP_SUCCESS, "ANYEP_SUCCESS", "anyepSuccess"},
+    {ANYEP_ERR_INVALID_ARGUMENT, "ANYEP_ERR_INVALID_ARGUMENT", "anyepInvalidArgument"},
+    {ANYEP_ERR_TIMEOUT, "ANYEP_ERR_TIMEOUT", "anyepTimeout"},
+    {ANYEP_ERR_TRANSPORT, "ANYEP_ERR_TRANSPORT", "anyepTransportError"},
+    {ANYEP_ERR_CUDA, "ANYEP_ERR_CUDA", "anyepCudaError"},
+    {ANYEP_ERR_INTERNAL, "ANYEP_ERR_INTERNAL", "anyepInternalError"},
+    {ANYEP_ERR_UNSUPPORTED, "ANYEP_ERR_UNSUPPORTED", "anyepUnsupported"},
+    {ANYEP_ERR_IN_PROGRESS, "ANYEP_ERR_IN_PROGRESS", "anyepInProgress"},
+};
+
+// The entry of a status, or null. The bits, not the enum: a C caller may pass any int (loading an
+// out-of-range enum is undefined in C++).
+const StatusName* find(anyep_status_t status) {
   int32_t s;
   static_assert(sizeof status == sizeof s, "C enums are int-sized");
   std::memcpy(&s, &status, sizeof s);
-  switch (s) {
-    case anyepSuccess:
-      return "anyepSuccess";
-    case anyepInvalidArgument:
-      return "anyepInvalidArgument";
-    case anyepTimeout:
-      return "anyepTimeout";
-    case anyepTransportError:
-      return "anyepTransportError";
-    case anyepCudaError:
-      return "anyepCudaError";
-    case anyepInternalError:
-      return "anyepInternalError";
-    case anyepUnsupported:
-      return "anyepUnsupported";
-    case anyepInProgress:
-      return "anyepInProgress";
-  }
-  return "anyepUnknownStatus";
+  for (const StatusName& n : kNames)
+    if (static_cast<int32_t>(n.status) == s) return &n;
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" const char* anyep_status_name(anyep_status_t status) {
+  const StatusName* n = find(status);
+  return n ? n->name : "ANYEP_ERR_UNKNOWN";
+}
+
+extern "C" const char* anyepStatusName(anyep_status_t status) {
+  const StatusName* n = find(status);
+  return n ? n->old_name : "anyepUnknownStatus";
 }

@@ -4,10 +4,10 @@
 
 namespace anyep::proxy {
 
-void AsyncError::set(anyepStatus status, const std::string& message) {
+void AsyncError::set(anyep_status_t status, const std::string& message) {
   count_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> g(mu_);
-  if (status_.load(std::memory_order_relaxed) != anyepSuccess) return;
+  if (status_.load(std::memory_order_relaxed) != ANYEP_SUCCESS) return;
   message_ = message;
   status_.store(status, std::memory_order_release);  // message first, then the flag readers test
 }
@@ -18,8 +18,8 @@ std::string AsyncError::message() const {
 }
 
 void AsyncError::raise_if_set() const {
-  const anyepStatus s = status();
-  if (s == anyepSuccess) return;
+  const anyep_status_t s = status();
+  if (s == ANYEP_SUCCESS) return;
   std::string m = message();
   const uint64_t n = count();
   if (n > 1) m += " (and " + std::to_string(n - 1) + " later error(s))";

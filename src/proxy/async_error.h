@@ -17,18 +17,18 @@ namespace anyep::proxy {
 class AsyncError {
  public:
   // Records (status, message) unless an error is already recorded.
-  void set(anyepStatus status, const std::string& message);
-  bool is_set() const { return status_.load(std::memory_order_acquire) != anyepSuccess; }
+  void set(anyep_status_t status, const std::string& message);
+  bool is_set() const { return status_.load(std::memory_order_acquire) != ANYEP_SUCCESS; }
   // Throws the recorded error, if any (anyep::TimeoutError, InvalidArgument, ... by status).
   void raise_if_set() const;
   std::string message() const;
-  anyepStatus status() const { return status_.load(std::memory_order_acquire); }
+  anyep_status_t status() const { return status_.load(std::memory_order_acquire); }
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
  private:
   mutable std::mutex mu_;
   std::string message_;
-  std::atomic<anyepStatus> status_{anyepSuccess};
+  std::atomic<anyep_status_t> status_{ANYEP_SUCCESS};
   std::atomic<uint64_t> count_{0};
 };
 

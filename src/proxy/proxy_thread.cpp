@@ -14,16 +14,16 @@ using channel::TransferCmd;
 namespace cmd = channel::cmd;
 
 namespace {
-anyepStatus status_of(int rc) {
+anyep_status_t status_of(int rc) {
   switch (rc) {
     case -ETIMEDOUT:
-      return anyepTimeout;
+      return ANYEP_ERR_TIMEOUT;
     case -EINVAL:
-      return anyepInvalidArgument;
+      return ANYEP_ERR_INVALID_ARGUMENT;
     case -EPROTO:
-      return anyepTransportError;
+      return ANYEP_ERR_TRANSPORT;
     default:
-      return anyepInternalError;
+      return ANYEP_ERR_INTERNAL;
   }
 }
 
@@ -93,7 +93,7 @@ std::string ProxyThread::where(uint32_t r) const {
   return s;
 }
 
-void ProxyThread::fatal(anyepStatus st, const std::string& msg) {
+void ProxyThread::fatal(anyep_status_t st, const std::string& msg) {
   err_.set(st, msg);
   failed_ = true;
 }
@@ -121,7 +121,7 @@ void ProxyThread::forget_peer(uint32_t p) {
 
 ProxyThread::Step ProxyThread::reject(uint32_t r, const TransferCmd& c, const std::string& why) {
   // The command is retired without reaching the NIC; the host API raises the error.
-  err_.set(anyepInvalidArgument,
+  err_.set(ANYEP_ERR_INVALID_ARGUMENT,
            where(r) + ": rejected command (lo=" + std::to_string(c.lo) + " hi=" + std::to_string(c.hi) + "): " + why);
   return Step::kDone;
 }
@@ -143,7 +143,7 @@ void ProxyThread::run(const std::atomic<bool>& stop) {
       uint32_t peer = ~0u;
       if (link_.send_credits(&peer)) {
         const std::string msg = where(~0u) + ": " + link_.last_error();
-        if (!drop_peer(peer, msg)) fatal(anyepTransportError, msg);
+        if (!drop_peer(peer, msg)) fatal(ANYEP_ERR_TRANSPORT, msg);
       }
     }
     if ((iter & 255) == 0 && !failed_) check_timeouts(now);
@@ -283,7 +283,7 @@ ProxyThread::Step ProxyThread::post_result(uint32_t r, int rc, const char* what,
     local_.dropped += 1;
     return Step::kDropped;
   }
-  fatal(anyepTransportError, msg);
+  fatal(ANYEP_ERR_TRANSPORT, msg);
   return Step::kFailed;
 }
 
@@ -478,7 +478,7 @@ bool ProxyThread::try_finish(uint32_t r, uint64_t now) {
 bool ProxyThread::poll_transport(uint64_t now) {
   size_t nc = 0, ni = 0;
   if (int rc = ep_->poll(comps_.data(), comps_.size(), &nc, imms_.data(), imms_.size(), &ni)) {
-    fatal(anyepTransportError, where(~0u) + ": poll failed (" + std::to_string(rc) + "): " + ep_->last_error());
+    fatal(ANYEP_ERR_TRANSPORT, where(~0u) + ": poll failed (" + std::to_string(rc) + "): " + ep_->last_error());
     return false;
   }
   for (size_t i = 0; i < nc; ++i) {
@@ -495,7 +495,7 @@ bool ProxyThread::poll_transport(uint64_t now) {
                ? std::string(std::strerror(static_cast<int>(-c.status))) + " (the transport said no more)"
                : ep_->last_error());
       if (peer < 0 || !drop_peer(static_cast<uint32_t>(peer), msg)) {
-        fatal(anyepTransportError, msg);
+        fatal(ANYEP_ERR_TRANSPORT, msg);
         return false;
       }
       local_.dropped += 1;  // its ring and staging slot are released below, as for any completion
@@ -516,7 +516,7 @@ bool ProxyThread::poll_transport(uint64_t now) {
   for (size_t i = 0; i < ni; ++i) {
     const uint32_t src = imms_[i].src_rank, v = imms_[i].imm;
     if (src >= s_.num_ranks) {
-      fatal(anyepTransportError, where(~0u) + ": immediate from unknown rank " + std::to_string(src));
+      fatal(ANYEP_ERR_TRANSPORT, where(~0u) + ": immediate from unknown rank " + std::to_string(src));
       return false;
     }
     if (gone(src)) continue;  // elastic mode: a dropped peer's late traffic is discarded
@@ -528,7 +528,7 @@ bool ProxyThread::poll_transport(uint64_t now) {
       case imm::Kind::kSignal: {
         SignalRecord rec;
         if (link_.receive(src, v, &rec)) {
-          fatal(anyepTransportError, where(~0u) + ": " + link_.last_error());
+          fatal(ANYEP_ERR_TRANSPORT, where(~0u) + ": " + link_.last_error());
           return false;
         }
         rc = engine_.on_signal(src, rec, now);
@@ -536,13 +536,13 @@ bool ProxyThread::poll_transport(uint64_t now) {
       }
       case imm::Kind::kBarrier:
         if (barrier_.on_arrival(src, v)) {
-          fatal(anyepTransportError, where(~0u) + ": " + barrier_.last_error());
+          fatal(ANYEP_ERR_TRANSPORT, where(~0u) + ": " + barrier_.last_error());
           return false;
         }
         break;
       case imm::Kind::kCredit:
         if (link_.on_credit(src, v)) {
-          fatal(anyepTransportError, where(~0u) + ": " + link_.last_error());
+          fatal(ANYEP_ERR_TRANSPORT, where(~0u) + ": " + link_.last_error());
           return false;
         }
         break;
@@ -588,7 +588,7 @@ void ProxyThread::check_timeouts(uint64_t now) {
           st.retry_since = 0;  // retired unsent on the next pass (its peer is gone)
           continue;
         }
-        fatal(anyepTimeout, msg);
+        fatal(ANYEP_ERR_TIMEOUT, msg);
         return;
       }
       if (drop_peer(st.retry_dst, where(r) + ": could not post to rank " + std::to_string(st.retry_dst) +
@@ -596,8 +596,9 @@ void ProxyThread::check_timeouts(uint64_t now) {
         st.retry_since = 0;  // the command at the head is retired unsent on the next pass
         continue;
       }
-      fatal(anyepTimeout, where(r) + ": could not post for more than " + limit +
-                              " (transport backpressure, no free staging slot, or a peer returns no signal credits)");
+      fatal(ANYEP_ERR_TIMEOUT,
+            where(r) + ": could not post for more than " + limit +
+                " (transport backpressure, no free staging slot, or a peer returns no signal credits)");
       return;
     }
     if (st.block == Block::kNone || now - st.since_ns <= s_.timeout_ns) continue;
@@ -609,13 +610,13 @@ void ProxyThread::check_timeouts(uint64_t now) {
           what +=
               " ring " + std::to_string(o.ring->ring_id()) + ": " + std::to_string(o.outstanding) + " not complete;";
       }
-      fatal(anyepTimeout,
+      fatal(ANYEP_ERR_TIMEOUT,
             where(r) + ": QUIET waited more than " + limit + " for remote completion of earlier commands:" + what);
     } else {
       const BarrierState& b = st.barrier;
-      fatal(anyepTimeout, where(r) + ": " + (b.rail ? "rail " : "") + "BARRIER #" + std::to_string(b.target) +
-                              " (epoch " + std::to_string(b.epoch) + ") waited more than " + limit +
-                              "; not entered by:" + barrier_.missing(b, st.outstanding));
+      fatal(ANYEP_ERR_TIMEOUT, where(r) + ": " + (b.rail ? "rail " : "") + "BARRIER #" + std::to_string(b.target) +
+                                   " (epoch " + std::to_string(b.epoch) + ") waited more than " + limit +
+                                   "; not entered by:" + barrier_.missing(b, st.outstanding));
     }
     return;
   }

@@ -112,7 +112,7 @@ class ProxyThread {
   void check_timeouts(uint64_t now);
   void publish_stats();
   Step reject(uint32_t r, const channel::TransferCmd& c, const std::string& why);
-  void fatal(anyepStatus s, const std::string& msg);
+  void fatal(anyep_status_t s, const std::string& msg);
   // Elastic mode (cfg.drop_failed_peers): whether traffic to/from `p` is discarded (catching up
   // with drops another thread made), and giving up on `p` (false: not elastic, the caller fails).
   bool gone(uint32_t p);

@@ -152,7 +152,7 @@ TEST(HostBarrierMpFailures, RankThatNeverArrivesTimesOutNamingItAndItsHost) {
                              : r.rank == 0 ? "not entered by: host 1 (its leader rank 2 entered 0)"
                                            : "every rank of host 0 entered; its leader rank 0 waits";
           ANYEP_MP_CHECK(e.find(want) != std::string::npos, "rank " + std::to_string(r.rank) + " error: '" + e + "'");
-          ANYEP_MP_CHECK(b.proxy->error().status() == anyepTimeout, "a timeout");
+          ANYEP_MP_CHECK(b.proxy->error().status() == ANYEP_ERR_TIMEOUT, "a timeout");
         }
         r.boot->barrier();  // rank 3 stays up until the others saw their errors
         b.proxy->stop();

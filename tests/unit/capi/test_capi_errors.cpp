@@ -71,9 +71,9 @@ TEST(CApi, VersionAndStatusNames) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   EXPECT_STREQ(anyepStatusName(anyepUnsupported), "anyepUnsupported");
-#pragma GCC diagnostic pop
   const anyepStatus old = anyepTimeout;
   EXPECT_EQ(old, ANYEP_ERR_TIMEOUT);
+#pragma GCC diagnostic pop
 }
 
 TEST(CApi, NullPointersAreRefusedByName) {

@@ -11,11 +11,11 @@ namespace anyep {
 namespace {
 
 template <typename E>
-void expect_raised_as(anyepStatus s) {
+void expect_raised_as(anyep_status_t s) {
   try {
     throw_status(s, "rank 2: what went wrong");
   } catch (const E& e) {
-    EXPECT_EQ(e.status(), s == anyepInProgress ? anyepInternalError : s);
+    EXPECT_EQ(e.status(), s == ANYEP_ERR_IN_PROGRESS ? ANYEP_ERR_INTERNAL : s);
     EXPECT_EQ(std::string(e.what()), "rank 2: what went wrong");
     return;
   } catch (...) {
@@ -24,13 +24,13 @@ void expect_raised_as(anyepStatus s) {
 }
 
 TEST(ThrowStatus, EachStatusRaisesItsClassWithTheMessage) {
-  expect_raised_as<InvalidArgument>(anyepInvalidArgument);
-  expect_raised_as<TimeoutError>(anyepTimeout);
-  expect_raised_as<TransportError>(anyepTransportError);
-  expect_raised_as<CudaError>(anyepCudaError);
-  expect_raised_as<Unsupported>(anyepUnsupported);
-  expect_raised_as<InternalError>(anyepInternalError);
-  expect_raised_as<InternalError>(anyepInProgress);  // no class of its own: a bug if raised
+  expect_raised_as<InvalidArgument>(ANYEP_ERR_INVALID_ARGUMENT);
+  expect_raised_as<TimeoutError>(ANYEP_ERR_TIMEOUT);
+  expect_raised_as<TransportError>(ANYEP_ERR_TRANSPORT);
+  expect_raised_as<CudaError>(ANYEP_ERR_CUDA);
+  expect_raised_as<Unsupported>(ANYEP_ERR_UNSUPPORTED);
+  expect_raised_as<InternalError>(ANYEP_ERR_INTERNAL);
+  expect_raised_as<InternalError>(ANYEP_ERR_IN_PROGRESS);  // no class of its own: a bug if raised
 }
 
 TEST(ThrowStatus, ReRaisingWithContextKeepsTheType) {

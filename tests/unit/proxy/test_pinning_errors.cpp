@@ -59,8 +59,8 @@ TEST(Pinning, EnvironmentOverridesConfig) {
 TEST(AsyncError, FirstErrorWinsAndIsRaisedWithItsStatus) {
   AsyncError e;
   EXPECT_NO_THROW(e.raise_if_set());
-  e.set(anyepTimeout, "rank 3: QUIET waited");
-  e.set(anyepInvalidArgument, "later");
+  e.set(ANYEP_ERR_TIMEOUT, "rank 3: QUIET waited");
+  e.set(ANYEP_ERR_INVALID_ARGUMENT, "later");
   EXPECT_TRUE(e.is_set());
   try {
     e.raise_if_set();
