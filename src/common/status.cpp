@@ -24,25 +24,30 @@ constexpr StatusName kNames[] = {
     {ANYEP_ERR_IN_PROGRESS, "ANYEP_ERR_IN_PROGRESS", "anyepInProgress"},
 };
 
-// The entry of a status, or null. The bits, not the enum: a C caller may pass any int (loading an
-// out-of-range enum is undefined in C++).
-const StatusName* find(anyep_status_t status) {
-  int32_t s;
-  static_assert(sizeof status == sizeof s, "C enums are int-sized");
-  std::memcpy(&s, &status, sizeof s);
+// The entry of a status's bits, or null.
+const StatusName* find(int32_t s) {
   for (const StatusName& n : kNames)
     if (static_cast<int32_t>(n.status) == s) return &n;
   return nullptr;
 }
 
+// The bits, not the enum: a C caller may pass any int, and loading an out-of-range enum (even to
+// pass it on) is undefined in C++.
+int32_t bits(const anyep_status_t& status) {
+  int32_t s;
+  static_assert(sizeof status == sizeof s, "C enums are int-sized");
+  std::memcpy(&s, &status, sizeof s);
+  return s;
+}
+
 }  // namespace
 
 extern "C" const char* anyep_status_name(anyep_status_t status) {
-  const StatusName* n = find(status);
+  const StatusName* n = find(bits(status));
   return n ? n->name : "ANYEP_ERR_UNKNOWN";
 }
 
 extern "C" const char* anyepStatusName(anyep_status_t status) {
-  const StatusName* n = find(status);
+  const StatusName* n = find(bits(status));
   return n ? n->old_name : "anyepUnknownStatus";
 }
