@@ -7,7 +7,7 @@ import importlib
 
 # Public name -> the module that defines it.
 _API = {"Buffer": ".buffer", "Config": ".config", "EventHandle": ".event", "EventOverlap": ".event",
-        "check_nvlink_connections": ".utils"}
+        "check_nvlink_connections": ".utils", "ElasticBuffer": ".elastic", "EPHandle": ".elastic"}
 
 
 def _version():
@@ -45,5 +45,5 @@ def __getattr__(name):
     return value
 
 
-__all__ = ["Buffer", "Config", "EventHandle", "EventOverlap", "check_nvlink_connections", "topk_idx_t",
-           "__version__"]
+__all__ = ["Buffer", "Config", "EPHandle", "ElasticBuffer", "EventHandle", "EventOverlap", "check_nvlink_connections",
+           "topk_idx_t", "__version__"]

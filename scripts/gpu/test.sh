@@ -18,7 +18,7 @@ for every part named (default: all = ll ht capi):
   ll      ctest label gpu-ll; tests/python/ll_smoke.py (one process, step trace; a crash is
           resolved to native frames, under gdb when present); then, if it passed, pytest
           tests/python/test_ll.py over the worlds this machine can run (below)
-  ht      ctest label gpu-ht; pytest tests/python/test_ht.py and test_ht_internode.py over the
+  ht      ctest label gpu-ht; pytest tests/python/test_ht.py, test_ht_internode.py and test_elastic.py over the
           worlds; examples/moe_layer.py (autograd through dispatch/combine, 2 processes)
   capi    ctest labels unit-capi, mp-capi, gpu-capi; the C API round trip (tests/gpu/capi) on the
           CPU (3 processes) and on the GPU (2 processes) by direct stores and through the CPU proxy
@@ -135,6 +135,7 @@ part_ht() {
   ctest_step ht_cpp 900 '^gpu-ht$'
   pytest_step ht_pytest tests/python/test_ht.py "${HT_WORLDS:-$WORLDS}"
   pytest_step ht_internode_pytest tests/python/test_ht_internode.py "${HT_WORLDS:-$WORLDS}"
+  pytest_step elastic_pytest tests/python/test_elastic.py "${HT_WORLDS:-$WORLDS}"
   step ht_example 600 "$PY" examples/moe_layer.py --processes 2 --timeout 500 || true
 }
 

@@ -11,9 +11,10 @@ import re
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-API_FILES = ["python/anyep/buffer.py", "python/anyep/config.py", "python/anyep/event.py", "python/anyep/utils.py"]
+API_FILES = ["python/anyep/buffer.py", "python/anyep/config.py", "python/anyep/event.py", "python/anyep/utils.py",
+             "python/anyep/elastic.py", "python/anyep/elastic_plan.py", "python/anyep/ep_math.py"]
 MODULE_FILES = API_FILES + ["python/anyep/__init__.py", "python/deep_ep/__init__.py", "python/deep_ep/buffer.py",
-                            "python/deep_ep/utils.py"]
+                            "python/deep_ep/utils.py", "python/deep_ep/_C.py"]
 SECTIONS = ("Arguments", "Returns", "Raises", "Attributes")
 
 
