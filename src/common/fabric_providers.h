@@ -18,8 +18,14 @@ struct Provider {
 };
 
 inline constexpr Provider kProviders[] = {
-    {"efa", "efa", true},  {"cxi", "cxi", true},      {"verbs;ofi_rxm", "verbs", true},
-    {"tcp", "tcp", false}, {"tcp;ofi_rxm", "", true}, {"shm", "shm", false},
+    {"efa", "efa", true},
+    {"cxi", "cxi", true},
+    {"verbs;ofi_rxm", "verbs", true},
+    {"tcp", "tcp", false},
+    {"tcp;ofi_rxm", "", true},
+    {"shm", "shm", false},
+    // The emulated NIC (emunic/, loaded from FI_PROVIDER_PATH): never picked on its own.
+    {"emunic", "emunic", false},
 };
 
 // The transport name under which libfabric chooses the provider (ANYEP_FI_PROVIDER, or the first

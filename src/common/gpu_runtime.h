@@ -69,6 +69,8 @@
 #define cudaGetLastError hipGetLastError
 #define cudaFuncAttributes hipFuncAttributes
 #define cudaFuncGetAttributes hipFuncGetAttributes
+#define cudaFuncSetAttribute hipFuncSetAttribute  // called with the kernel cast to const void*
+#define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #define cudaGetErrorName hipGetErrorName
 #define cudaGetErrorString hipGetErrorString
 
@@ -102,6 +104,18 @@
 #define cudaEventQuery hipEventQuery
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaEventElapsedTime hipEventElapsedTime
+
+// Graph capture (tests that check a kernel launched beside a capture does not disturb it).
+#define cudaGraph_t hipGraph_t
+#define cudaGraphExec_t hipGraphExec_t
+#define cudaStreamCaptureModeGlobal hipStreamCaptureModeGlobal
+#define cudaStreamBeginCapture hipStreamBeginCapture
+#define cudaStreamEndCapture hipStreamEndCapture
+#define cudaGraphGetNodes hipGraphGetNodes
+#define cudaGraphInstantiate hipGraphInstantiateWithFlags  // CUDA 12's (exec, graph, flags) form
+#define cudaGraphLaunch hipGraphLaunch
+#define cudaGraphDestroy hipGraphDestroy
+#define cudaGraphExecDestroy hipGraphExecDestroy
 
 #elif defined(ANYEP_GPU_CUDA) || defined(__CUDACC__)
 #include <cuda.h>          // driver types only (CUdeviceptr, CUresult): entry points come through cudart
