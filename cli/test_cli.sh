@@ -51,7 +51,7 @@ check "unknown option" 2 "unknown option --bogus" "$ANYEP" bench proxy --bogus 1
 check "flag with a value" 2 "--json takes no value" "$ANYEP" bench proxy --json=1
 check "option twice" 2 "--ranks is given twice" "$ANYEP" bench proxy --ranks 2 --ranks=3
 check "alias refuses alike" 2 "--rounds='1e9'" "$MAIN" --rounds 1e9
-check "transport provider" 2 "accepted: efa, cxi, verbs, tcp, shm, libfabric" "$ANYEP" bench transport --providers nosuch
+check "transport provider" 2 "accepted: efa, cxi, verbs, tcp, shm, emunic, libfabric" "$ANYEP" bench transport --providers nosuch
 check "transport sizes" 2 "--min=4096 is larger than --max=64" "$ANYEP" bench transport --min 4096 --max 64
 check "info option" 2 "unknown option --bogus" "$ANYEP" info --bogus
 check "info stray argument" 2 "unexpected argument 'x'" "$ANYEP" info x

@@ -109,8 +109,10 @@ class Engine {
     for (auto& [a, p] : peers_) {
       if (p->local)
         segment_release(p->name);
-      else if (p->map)
+      else if (p->map) {
+        note_host_unmapping(p->map);
         munmap(p->map, wire::segment_bytes());
+      }
     }
   }
 
@@ -137,7 +139,10 @@ class Engine {
     if (fd >= 0) {
       void* m = mmap(nullptr, wire::segment_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       close(fd);
-      if (m != MAP_FAILED) p->map = m;
+      if (m != MAP_FAILED) {
+        p->map = m;
+        note_host_mapped(m, wire::segment_bytes());  // packets go there: the GPU mover writes them
+      }
     }
     if (!p->map || __atomic_load_n(&wire::seg_hdr(p->map)->magic, __ATOMIC_ACQUIRE) != wire::kSegMagic) {
       p->dead = true;

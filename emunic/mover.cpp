@@ -118,4 +118,11 @@ Mover* gpu_mover() {
   return m;
 }
 
+void note_host_mapped(void* base, size_t bytes) {
+  if (Mover* g = gpu_mover()) g->host_mapped(base, bytes);
+}
+void note_host_unmapping(void* base) {
+  if (Mover* g = gpu_mover()) g->host_unmapping(base);
+}
+
 }  // namespace anyep_emunic

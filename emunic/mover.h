@@ -45,6 +45,17 @@ class Mover {
   // Executes `d`; returns only once the data is in place (the engine raises completions after).
   // 0 or a negative FI_ error (the engine turns it into an error completion).
   virtual int execute(const MoveDesc& d) = 0;
+  // Host memory the engine hands to execute() as packet buffers (the shm segments): a mover that
+  // reaches it through its device's mappings (the GPU mover) records it here, and must have let go
+  // of it when host_unmapping() returns (the caller unmaps it next).
+  virtual void host_mapped(void* /*base*/, size_t /*bytes*/) {}
+  virtual void host_unmapping(void* /*base*/) {}
+  // Checked when memory of `iface` is registered: 0, or a negative FI_ error when [base, base+len)
+  // is not memory of that kind on `device`.
+  virtual int check_region(fi_hmem_iface /*iface*/, const void* /*base*/, size_t /*len*/, int /*device*/) { return 0; }
+  // Whether the mover applies atomics on memory of `iface` (getinfo refuses FI_HMEM with FI_ATOMIC
+  // when the GPU mover does not).
+  virtual bool atomics_on(fi_hmem_iface iface) const { return reaches(iface); }
 };
 
 // Whether the host mover applies `op` on `datatype` (fi_query_atomic answers from this).
@@ -56,6 +67,10 @@ Mover& host_mover();
 
 // The GPU mover when one is linked in (a weak symbol: null otherwise). Made once, on first use.
 Mover* gpu_mover();
+// Tell the GPU mover, when one is linked in, about packet-buffer memory being mapped or about to
+// be unmapped (no-ops otherwise).
+void note_host_mapped(void* base, size_t bytes);
+void note_host_unmapping(void* base);
 
 }  // namespace anyep_emunic
 

@@ -111,6 +111,10 @@ fi_info* make_info(const Config& cfg, uint32_t port, const fi_info* hints) {
   if (hints && hints->caps) {
     if (hints->caps & ~offered) return nullptr;  // efa + FI_ATOMIC lands here
     caps = (hints->caps & offered) | kSecondary;
+    // A GPU mover that applies no atomics: GPU memory and atomics are not offered together (the
+    // backend then asks again without one of them).
+    Mover* g = (caps & FI_HMEM) && (caps & FI_ATOMIC) ? gpu_mover() : nullptr;
+    if (g && g->reaches(FI_HMEM_CUDA) && !g->atomics_on(FI_HMEM_CUDA)) return nullptr;
   }
   uint64_t mode_req = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | (cfg.mr_local ? FI_MR_LOCAL : 0) |
                       ((caps & FI_HMEM) ? FI_MR_HMEM : 0);
@@ -323,6 +327,8 @@ int mr_regattr(fid* fid, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
     // back to host staging, as with a libfabric built without CUDA.
     Mover* g = gpu_mover();
     if (!(d->info->caps & FI_HMEM) || !g || !g->reaches(attr->iface)) return -FI_ENOSYS;
+    const int dev = attr->iface == FI_HMEM_CUDA ? attr->device.cuda : 0;
+    if (int rc = g->check_region(attr->iface, attr->mr_iov[0].iov_base, attr->mr_iov[0].iov_len, dev)) return rc;
   }
   auto* m = new (std::nothrow) Mr;
   if (!m) return -FI_ENOMEM;
@@ -607,6 +613,7 @@ int create_segment(Endpoint* ep) {
     return -FI_ENOMEM;
   }
   ep->seg = p;
+  note_host_mapped(p, wire::segment_bytes());  // packets land there: the GPU mover reads them
   wire::SegHdr* h = wire::seg_hdr(p);
   h->version = wire::kVersion;
   h->pid = static_cast<uint32_t>(getpid());
@@ -1002,6 +1009,7 @@ void segment_release(const std::string& name) {
   auto it = local_segments().find(name);
   if (it == local_segments().end()) return;
   if (--it->second.users == 0) {
+    note_host_unmapping(it->second.map);
     munmap(it->second.map, wire::segment_bytes());
     local_segments().erase(it);
   }

@@ -892,6 +892,10 @@ def worker(rank, world, ngpus, port, queue, env=None, events=None):
         want_chaos = want_proxy and bool(os.environ.get("ANYEP_CHAOS_SEED"))  # the world's or inherited
         assert ("proxy (" in paths) == want_proxy and ("direct stores to ranks" in paths), paths
         assert ("chaos(" in paths) == want_chaos, f"chaos wrapper {'missing' if want_chaos else 'unexpected'}: {paths}"
+        # A world whose provider registers GPU memory (the emulated NIC with its GPU mover) must keep
+        # the LL buffer in GPU memory instead of falling back to host staging.
+        if (env or {}).get("ANYEP_TEST_LL_GPU_MEMORY") == "1":
+            assert "host-staged buffer" not in paths, f"LL buffer host-staged, expected GPU memory (FI_HMEM): {paths}"
         ctx = Ctx(rank, world, buf, anyep)
         victim = os.environ.get("ANYEP_TEST_KILL_RANK")
         if victim:

@@ -44,7 +44,7 @@ TEST(Factory, UnknownNameIsAnErrorNamingItAndTheChoices) {
   const std::string m = error_of<InvalidArgument>([&] { make_transport(s); });
   EXPECT_NE(m.find("'infiniband-please'"), std::string::npos) << m;
   EXPECT_NE(m.find("unknown"), std::string::npos) << m;
-  EXPECT_NE(m.find("efa, cxi, verbs, tcp, shm, libfabric, cuda-ipc, loopback"), std::string::npos) << m;
+  EXPECT_NE(m.find("efa, cxi, verbs, tcp, shm, emunic, libfabric, cuda-ipc, loopback"), std::string::npos) << m;
   std::string why;
   EXPECT_FALSE(available("infiniband-please", &why));
   EXPECT_NE(why.find("'infiniband-please'"), std::string::npos) << why;
