@@ -184,7 +184,7 @@ void section_relaunch(GpuMover& m, const Bufs& b, const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   std::string cmd;
-  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) cmd.append(i ? " " : "").append(argv[i]);  // not "" + string: GCC 12 -O3 -Wrestrict
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
