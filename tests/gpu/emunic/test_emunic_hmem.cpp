@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "../gpu_count.h"
+
 namespace {
 
 constexpr uint64_t kCaps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_SOURCE | FI_HMEM;
@@ -211,9 +213,14 @@ std::string write_case(Node& a, Node& b, bool src_gpu, bool dst_gpu, size_t len,
 int main() {
   const char* profile = std::getenv("ANYEP_EMUNIC_PROFILE");
   std::printf("emunic FI_HMEM test, profile %s\n", profile ? profile : "efa (default)");
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIP: no CUDA device\n");
+  // Skip only on a machine without a CUDA device; any other error fails (tests/gpu/gpu_count.h).
+  const anyep::gputest::GpuCount g = anyep::gputest::count_gpus();
+  if (!anyep::gputest::means_no_device(g.err)) {
+    std::printf("FAIL: %s: not a machine without GPUs, so not a skip\n", anyep::gputest::gpu_count_text(g).c_str());
+    return 1;
+  }
+  if (g.n == 0) {
+    std::printf("SKIP: %s\n", anyep::gputest::gpu_count_text(g).c_str());
     return 77;
   }
   cudaDeviceProp prop{};
